@@ -1,0 +1,1 @@
+"""T5-family encoder-decoders and causal / prefix-LM decoders in Flax, with t5x parameter names."""

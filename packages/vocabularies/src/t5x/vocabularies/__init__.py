@@ -1,0 +1,1 @@
+"""SentencePiece, byte, pass-through and Hugging Face vocabularies with seqio-compatible ids."""
