@@ -7,6 +7,7 @@ from typing import Protocol, runtime_checkable
 
 from t5x.interfaces._values import JSONValue, PyTree, RestoredCheckpoint
 
+
 @runtime_checkable
 class Checkpointer(Protocol):
     """Saves train states under a model folder, one checkpoint per step.

@@ -39,7 +39,9 @@ class Model(Protocol):
         """
         ...
 
-    def loss_fn(self, params: PyTree, batch: Mapping[str, Any], dropout_rng: Any) -> tuple[Any, dict[str, Any]]:
+    def loss_fn(
+        self, params: PyTree, batch: Mapping[str, Any], dropout_rng: Any
+    ) -> tuple[Any, dict[str, Any]]:
         """Returns the scalar training loss and a dict of scalar metrics.
 
         ``dropout_rng`` of None means deterministic (no dropout).
@@ -50,7 +52,9 @@ class Model(Protocol):
         """Returns the scalar loss and metrics without dropout."""
         ...
 
-    def score_batch(self, params: PyTree, batch: Mapping[str, Any], return_intermediates: bool = False) -> Any:
+    def score_batch(
+        self, params: PyTree, batch: Mapping[str, Any], return_intermediates: bool = False
+    ) -> Any:
         """Returns the log-likelihood of each sequence's targets, ``[batch]``."""
         ...
 

@@ -51,7 +51,9 @@ class Partitioner(Protocol):
         """Maps a tree of logical axis names to ``jax.sharding.NamedSharding``s."""
         ...
 
-    def host_local_to_global(self, batch: Mapping[str, np.ndarray], logical_axes: PyTree = None) -> dict[str, Any]:
+    def host_local_to_global(
+        self, batch: Mapping[str, np.ndarray], logical_axes: PyTree = None
+    ) -> dict[str, Any]:
         """Turns this process's part of a batch into global ``jax.Array``s.
 
         Each process passes ``DataLayout.per_shard_batch_size`` examples; the

@@ -5,9 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, TypeAlias
 
-JSONValue: TypeAlias = (
-    None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
-)
+JSONValue: TypeAlias = None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
 """A value that `json.dumps` accepts and `json.loads` gives back unchanged."""
 
 PyTree: TypeAlias = Any
@@ -31,9 +29,7 @@ class ShardInfo:
         if not isinstance(self.num_shards, int) or self.num_shards < 1:
             raise ValueError(f"ShardInfo.num_shards must be an int >= 1, got {self.num_shards!r}")
         if not isinstance(self.index, int) or not 0 <= self.index < self.num_shards:
-            raise ValueError(
-                f"ShardInfo.index must be an int in [0, {self.num_shards}), got {self.index!r}"
-            )
+            raise ValueError(f"ShardInfo.index must be an int in [0, {self.num_shards}), got {self.index!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,13 +70,11 @@ class DataLayout:
     def __post_init__(self) -> None:
         if self.num_shards < 1 or not 0 <= self.shard_id < self.num_shards:
             raise ValueError(
-                f"DataLayout.shard_id must be in [0, num_shards={self.num_shards}), "
-                f"got {self.shard_id}"
+                f"DataLayout.shard_id must be in [0, num_shards={self.num_shards}), got {self.shard_id}"
             )
         if self.batch_size % self.num_shards:
             raise ValueError(
-                f"DataLayout.batch_size={self.batch_size} is not divisible by "
-                f"num_shards={self.num_shards}"
+                f"DataLayout.batch_size={self.batch_size} is not divisible by num_shards={self.num_shards}"
             )
 
     @property

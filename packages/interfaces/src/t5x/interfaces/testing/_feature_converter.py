@@ -44,14 +44,19 @@ def check_feature_converter(
         output_signature={k: tf.TensorSpec([None], tf.int32) for k in names},
     )
     out = converter(ds, task_feature_lengths)
-    require(isinstance(out, tf.data.Dataset), f"the converter must return a tf.data.Dataset, got {type(out).__name__}")
+    require(
+        isinstance(out, tf.data.Dataset),
+        f"the converter must return a tf.data.Dataset, got {type(out).__name__}",
+    )
     spec = out.element_spec
     require(
         set(spec) == set(lengths),
         f"output features {sorted(spec)} differ from get_model_feature_lengths {sorted(lengths)}",
     )
     for name, feature_spec in spec.items():
-        require(feature_spec.dtype == tf.int32, f"model feature {name!r} must be int32, got {feature_spec.dtype}")
+        require(
+            feature_spec.dtype == tf.int32, f"model feature {name!r} must be int32, got {feature_spec.dtype}"
+        )
         require(
             feature_spec.shape.as_list() == [lengths[name]],
             f"model feature {name!r} must have static shape [{lengths[name]}], got {feature_spec.shape}",
@@ -59,7 +64,10 @@ def check_feature_converter(
     converted = list(out.as_numpy_iterator())
     require(len(converted) > 0, "the converter returned no examples for a non-empty input")
     if not converter.pack:
-        require(len(converted) == len(examples), f"unpacked conversion changed {len(examples)} examples into {len(converted)}")
+        require(
+            len(converted) == len(examples),
+            f"unpacked conversion changed {len(examples)} examples into {len(converted)}",
+        )
     again = list(converter(ds, task_feature_lengths).as_numpy_iterator())
     require(
         len(again) == len(converted) and all(_same(a, b) for a, b in zip(again, converted, strict=True)),

@@ -35,7 +35,10 @@ def check_input_iterator(
     state = first.get_state()
     encoded = json.dumps(state)
     require(json.loads(encoded) == state, "get_state() must survive a JSON round trip unchanged")
-    require(len(encoded) <= MAX_STATE_BYTES, f"the state is {len(encoded)} bytes as JSON; at most {MAX_STATE_BYTES}")
+    require(
+        len(encoded) <= MAX_STATE_BYTES,
+        f"the state is {len(encoded)} bytes as JSON; at most {MAX_STATE_BYTES}",
+    )
     expected = [next(first) for _ in range(resume_batches)]
 
     resumed = make_iterator()
@@ -50,13 +53,22 @@ def check_input_iterator(
 
 def _check_batch(batch: Mapping[str, np.ndarray], spec: Mapping[str, object]) -> None:
     require(isinstance(batch, dict), f"a batch must be a dict, got {type(batch).__name__}")
-    require(set(batch) == set(spec), f"batch features {sorted(batch)} differ from element_spec {sorted(spec)}")
+    require(
+        set(batch) == set(spec), f"batch features {sorted(batch)} differ from element_spec {sorted(spec)}"
+    )
     for name, array in batch.items():
-        require(isinstance(array, np.ndarray), f"feature {name!r} must be a numpy array, got {type(array).__name__}")
-        want = spec[name]
-        shape, dtype = getattr(want, "shape"), getattr(want, "dtype")
-        require(str(array.dtype) == str(dtype), f"feature {name!r} has dtype {array.dtype}, element_spec says {dtype}")
         require(
-            len(array.shape) == len(shape) and all(s is None or s == a for s, a in zip(shape, array.shape, strict=True)),
+            isinstance(array, np.ndarray),
+            f"feature {name!r} must be a numpy array, got {type(array).__name__}",
+        )
+        want = spec[name]
+        shape, dtype = want.shape, want.dtype
+        require(
+            str(array.dtype) == str(dtype),
+            f"feature {name!r} has dtype {array.dtype}, element_spec says {dtype}",
+        )
+        require(
+            len(array.shape) == len(shape)
+            and all(s is None or s == a for s, a in zip(shape, array.shape, strict=True)),
             f"feature {name!r} has shape {array.shape}, element_spec says {shape}",
         )

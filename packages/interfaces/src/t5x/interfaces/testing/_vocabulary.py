@@ -10,7 +10,9 @@ from t5x.interfaces.testing._common import require, require_members
 DEFAULT_TEXTS = ("", "hello world", "  two  spaces  ", "Grüße, 世界!", "a\nb\tc", "12345 67.8")
 
 
-def check_vocabulary(vocab: Vocabulary, texts: Sequence[str] = DEFAULT_TEXTS, *, check_tf: bool = True) -> None:
+def check_vocabulary(
+    vocab: Vocabulary, texts: Sequence[str] = DEFAULT_TEXTS, *, check_tf: bool = True
+) -> None:
     """Checks ``vocab`` against the Vocabulary contract.
 
     Args:
@@ -45,7 +47,9 @@ def check_vocabulary(vocab: Vocabulary, texts: Sequence[str] = DEFAULT_TEXTS, *,
         require(vocab.eos_id is None or vocab.eos_id not in ids, f"encode({text!r}) must not append EOS")
         decoded = vocab.decode(ids)
         require(isinstance(decoded, str), f"decode must return str, got {type(decoded).__name__}")
-        require(vocab.encode(decoded) == ids, f"encode(decode(encode({text!r}))) differs from encode({text!r})")
+        require(
+            vocab.encode(decoded) == ids, f"encode(decode(encode({text!r}))) differs from encode({text!r})"
+        )
         if vocab.eos_id is not None and ids:
             cut = vocab.decode([*ids, vocab.eos_id, *ids])
             require(cut == decoded, f"decode must stop at EOS: got {cut!r}, expected {decoded!r}")
@@ -61,10 +65,17 @@ def _check_tf(vocab: Vocabulary, texts: Sequence[str], encoded: list[list[int]])
     for text, ids in zip(texts, encoded, strict=True):
         tf_ids = vocab.encode_tf(tf.constant(text))
         require(tf_ids.dtype == tf.int32, f"encode_tf must return int32, got {tf_ids.dtype}")
-        require(tf_ids.numpy().tolist() == ids, f"encode_tf({text!r}) != encode: {tf_ids.numpy().tolist()} vs {ids}")
+        require(
+            tf_ids.numpy().tolist() == ids,
+            f"encode_tf({text!r}) != encode: {tf_ids.numpy().tolist()} vs {ids}",
+        )
         tf_text = vocab.decode_tf(tf.constant(ids, tf.int32)).numpy().decode("utf-8")
-        require(tf_text == vocab.decode(ids), f"decode_tf({ids}) != decode: {tf_text!r} vs {vocab.decode(ids)!r}")
+        require(
+            tf_text == vocab.decode(ids), f"decode_tf({ids}) != decode: {tf_text!r} vs {vocab.decode(ids)!r}"
+        )
 
-    ds = tf.data.Dataset.from_tensor_slices(list(texts)).map(vocab.encode_tf, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = tf.data.Dataset.from_tensor_slices(list(texts)).map(
+        vocab.encode_tf, num_parallel_calls=tf.data.AUTOTUNE
+    )
     got = [x.tolist() for x in ds.as_numpy_iterator()]
     require(got == encoded, "encode_tf inside tf.data Dataset.map disagrees with encode")

@@ -1,0 +1,201 @@
+"""Test, lint and benchmark sessions for the t5x monorepo.
+
+Every folder ``packages/<name>/`` with a ``pyproject.toml`` gets a session
+``tests-<name>`` that builds a fresh environment holding only that package, the
+sibling packages it declares, and its ``test`` extra, then runs its tests. A new
+package needs no change here.
+
+``python3 -m nox`` runs the default sessions (everything CI runs);
+``python3 -m nox -l`` lists them all.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+
+import nox
+
+ROOT = pathlib.Path(__file__).parent
+PACKAGES_DIR = ROOT / "packages"
+MIN_PYTHON = (3, 12)
+
+os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")  # use an interpreter on this machine
+nox.options.default_venv_backend = "uv"
+nox.options.error_on_missing_interpreters = True
+
+
+def _version_of(python: str) -> tuple[int, int] | None:
+    try:
+        out = subprocess.run(
+            [python, "-c", "import sys; print(*sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    major, minor = out.split()
+    return int(major), int(minor)
+
+
+def find_python() -> str:
+    """Finds a Python >= 3.12: $T5X_PYTHON, then PATH, then pyenv and uv installs."""
+    candidates = [os.environ.get("T5X_PYTHON", "")]
+    candidates += [shutil.which(f"python3.{minor}") or "" for minor in (14, 13, 12)]
+    pyenv_root = os.environ.get("PYENV_ROOT", str(pathlib.Path.home() / ".pyenv"))
+    candidates += sorted(glob.glob(f"{pyenv_root}/versions/3.1[2-9]*/bin/python3"), reverse=True)
+    candidates += sorted(
+        glob.glob(str(pathlib.Path.home() / ".local/share/uv/python/cpython-3.1[2-9]*/bin/python3"))
+    )
+    candidates.append(sys.executable)
+    for candidate in filter(None, candidates):
+        version = _version_of(candidate)
+        if version and version >= MIN_PYTHON:
+            return candidate
+    raise RuntimeError(
+        "No Python >= 3.12 found (looked at $T5X_PYTHON, python3.1x on PATH, pyenv and uv installs). "
+        "Install one, or point T5X_PYTHON at it."
+    )
+
+
+PYTHON = find_python()
+
+
+def _dist_to_folder() -> dict[str, pathlib.Path]:
+    folders = {}
+    for pyproject in sorted(PACKAGES_DIR.glob("*/pyproject.toml")):
+        name = tomllib.loads(pyproject.read_text())["project"]["name"]
+        folders[name] = pyproject.parent
+    return folders
+
+
+FOLDERS = _dist_to_folder()
+PACKAGES = [folder.name for folder in FOLDERS.values()]
+
+
+def _local_requirements(folder: pathlib.Path, extras: tuple[str, ...] = ()) -> set[pathlib.Path]:
+    """The folders of the t5x packages `folder` needs, itself included, transitively."""
+    project = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
+    requirements = list(project.get("dependencies", []))
+    for extra in extras:
+        requirements += project.get("optional-dependencies", {}).get(extra, [])
+    needed = {folder}
+    for requirement in requirements:
+        dist = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower().replace("_", "-")
+        if dist in FOLDERS and FOLDERS[dist] not in needed:
+            needed |= _local_requirements(FOLDERS[dist])
+    return needed
+
+
+def install_packages(session: nox.Session, *names: str, extras: str = "test") -> None:
+    """Installs the named packages (with an extra) and the sibling packages they need."""
+    folders: set[pathlib.Path] = set()
+    targets = []
+    for name in names:
+        folder = PACKAGES_DIR / name
+        folders |= _local_requirements(folder, (extras,) if extras else ())
+        targets.append(f"{folder}[{extras}]" if extras else str(folder))
+    siblings = [str(f) for f in sorted(folders) if f.name not in names]
+    session.install(*siblings, *targets)
+
+
+def _make_tests_session(name: str):
+    def tests(session: nox.Session) -> None:
+        install_packages(session, name)
+        # Run from the package folder against the *installed* package, not its source tree.
+        session.run("pytest", str(PACKAGES_DIR / name / "tests"), "-p", "no:cacheprovider", *session.posargs)
+
+    tests.__doc__ = f"Tests of t5x-{name.replace('_', '-')} alone, in a fresh environment."
+    return tests
+
+
+for _name in PACKAGES:
+    nox.session(name=f"tests-{_name}", python=PYTHON)(_make_tests_session(_name))
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check over the whole repository."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHON)
+def types(session: nox.Session) -> None:
+    """mypy over every package's source."""
+    install_packages(session, *PACKAGES, extras="")
+    session.install("mypy>=1.10")
+    env = {"MYPYPATH": os.pathsep.join(str(PACKAGES_DIR / name / "src") for name in PACKAGES)}
+    modules = [arg for name in PACKAGES for arg in ("-p", f"t5x.{name}")]
+    session.run("mypy", *modules, env=env)
+
+
+@nox.session(python=PYTHON)
+def layers(session: nox.Session) -> None:
+    """import-linter (DESIGN §2 layering) and deptry (declared dependencies) per package."""
+    install_packages(session, *PACKAGES)
+    session.install("import-linter>=2.0", "deptry>=0.20")
+    session.run("lint-imports", "--config", str(ROOT / "pyproject.toml"))
+    for name in PACKAGES:
+        session.run(
+            "deptry",
+            str(PACKAGES_DIR / name / "src"),
+            "--config",
+            str(PACKAGES_DIR / name / "pyproject.toml"),
+            "--known-first-party",
+            "t5x",
+        )
+
+
+@nox.session(python=PYTHON)
+def integration(session: nox.Session) -> None:
+    """End-to-end tests in integration_tests/ against every package installed together."""
+    install_packages(session, *PACKAGES)
+    session.install("import-linter>=2.0")
+    session.run("pytest", str(ROOT / "integration_tests"), "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session(python=PYTHON, default=False)
+def seqio_compat(session: nox.Session) -> None:
+    """Optional: compares ids and converter outputs with the real seqio (installed beside ours)."""
+    peer = ROOT / ".nox" / "seqio-peer"
+    if not (peer / "bin" / "python").exists():
+        session.run("uv", "venv", "-q", "-p", PYTHON, str(peer), external=True)
+    peer_python = str(peer / "bin" / "python")
+    # seqio, t5 and tensorflow-text pull a second TensorFlow unless installed without their deps.
+    session.run(
+        "uv", "pip", "install", "-q", "-p", peer_python, "tensorflow", "jax", "sentencepiece", "absl-py",
+        "numpy", "tensorflow-datasets", "pyglove", "editdistance", "clu", "babel", "immutabledict",
+        "nltk", "rouge-score", "sacrebleu", "scikit-learn", "scipy", "gin-config", external=True,
+    )  # fmt: skip
+    session.run(
+        "uv", "pip", "install", "-q", "-p", peer_python, "--no-deps", "seqio==0.0.20", "t5",
+        "tensorflow-text", "mesh-tensorflow", external=True,
+    )  # fmt: skip
+    names = [n for n in ("vocabularies", "feature_converters", "tasks") if n in PACKAGES]
+    install_packages(session, *names)
+    for name in names:
+        session.run(
+            "pytest",
+            str(PACKAGES_DIR / name / "tests"),
+            "-p",
+            "no:cacheprovider",
+            env={"T5X_SEQIO_PYTHON": peer_python},
+        )
+
+
+@nox.session(python=PYTHON, default=False)
+def bench(session: nox.Session) -> None:
+    """Benchmarks (not run by CI): every tools/bench_*.py, arguments passed through."""
+    install_packages(session, *PACKAGES, extras="")
+    for script in sorted((ROOT / "tools").glob("bench_*.py")):
+        session.run("python", str(script), *session.posargs)
