@@ -148,7 +148,7 @@ def layers(session: nox.Session) -> None:
     for name in PACKAGES:
         session.run(
             "deptry",
-            str(PACKAGES_DIR / name / "src"),
+            str(PACKAGES_DIR / name),
             "--config",
             str(PACKAGES_DIR / name / "pyproject.toml"),
             "--known-first-party",

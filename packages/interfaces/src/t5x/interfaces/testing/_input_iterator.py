@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from t5x.interfaces._input_iterator import InputIterator
+from t5x.interfaces._values import ArraySpec
 from t5x.interfaces.testing._common import require, require_members
 
 MAX_STATE_BYTES = 64 * 1024
@@ -51,7 +52,7 @@ def check_input_iterator(
         )
 
 
-def _check_batch(batch: Mapping[str, np.ndarray], spec: Mapping[str, object]) -> None:
+def _check_batch(batch: Mapping[str, np.ndarray], spec: Mapping[str, ArraySpec]) -> None:
     require(isinstance(batch, dict), f"a batch must be a dict, got {type(batch).__name__}")
     require(
         set(batch) == set(spec), f"batch features {sorted(batch)} differ from element_spec {sorted(spec)}"
