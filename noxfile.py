@@ -151,9 +151,30 @@ def layers(session: nox.Session) -> None:
             str(PACKAGES_DIR / name),
             "--config",
             str(PACKAGES_DIR / name / "pyproject.toml"),
-            "--known-first-party",
-            "t5x",
+            *_deptry_namespace_args(name),
         )
+
+
+def _deptry_namespace_args(name: str) -> list[str]:
+    """deptry options that account for the shared `t5x` namespace.
+
+    Every t5x distribution is imported as `t5x.<name>`. A package that declares
+    t5x siblings maps them all to the module `t5x` (which siblings it may import
+    is import-linter's job); one without siblings treats `t5x` as its own.
+    """
+    siblings = [dist for dist in FOLDERS if _declares(name, dist)]
+    if siblings:
+        return ["--package-module-name-map", ",".join(f"{dist}=t5x" for dist in siblings)]
+    return ["--known-first-party", "t5x"]
+
+
+def _declares(name: str, dist: str) -> bool:
+    """Whether package `name` declares the t5x distribution `dist` (in any extra)."""
+    project = tomllib.loads((PACKAGES_DIR / name / "pyproject.toml").read_text())["project"]
+    requirements = list(project.get("dependencies", []))
+    for extra in project.get("optional-dependencies", {}).values():
+        requirements += extra
+    return any(re.match(rf"{re.escape(dist)}\b(?!-)", r.lower().replace("_", "-")) for r in requirements)
 
 
 @nox.session(python=PYTHON)
