@@ -1,0 +1,105 @@
+"""Sharding-friendly selection: k largest entries and k-th largest values per row.
+
+``lax.top_k`` and sorts make the SPMD partitioner gather a batch-sharded operand onto every
+device (and sorting is slow on CPU). The routines here only use elementwise operations and
+reductions over the last axis, which stay sharded along the leading axes.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+# Rows up to this long, or more than _MAX_PASSES entries wanted, are sorted; longer rows
+# (a beam's candidates over the whole vocabulary) take k argmax passes, linear in the row
+# length where a sort on CPU is two orders of magnitude slower.
+_SORT_MAX_LENGTH = 4096
+_MAX_PASSES = 16
+
+
+def top_k(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+    """The ``k`` largest entries of each row, best first, ties broken by lower index.
+
+    Args:
+      x: ``[..., n]`` float array.
+      k: static number of entries, ``1 <= k <= n``.
+
+    Returns:
+      ``(values [..., k], indices [..., k] int32)``.
+    """
+    if x.shape[-1] <= _SORT_MAX_LENGTH or k > _MAX_PASSES:
+        iota = jnp.broadcast_to(jnp.arange(x.shape[-1], dtype=jnp.int32), x.shape)
+        # Sorting uses a total order with -0.0 < +0.0; adding +0.0 makes such zeros tie.
+        negated, order = jax.lax.sort((-x + 0.0, iota), dimension=x.ndim - 1, is_stable=True, num_keys=1)
+        return -negated[..., :k], order[..., :k]
+    # -inf entries are lifted to the lowest finite value so a taken slot (-inf) never ties
+    # with an untaken one.
+    work = jnp.maximum(x, jnp.finfo(x.dtype).min)
+    iota = jnp.arange(x.shape[-1], dtype=jnp.int32)
+    values, indices = [], []
+    for _ in range(k):
+        index = jnp.argmax(work, axis=-1).astype(jnp.int32)
+        taken = iota == index[..., None]
+        values.append(jnp.max(work, axis=-1))
+        indices.append(index)
+        work = jnp.where(taken, -jnp.inf, work)
+    return jnp.stack(values, axis=-1).astype(x.dtype), jnp.stack(indices, axis=-1)
+
+
+def order_key(x: jax.Array) -> jax.Array:
+    """A uint32 key with the same order as the float32 values (for bisection)."""
+    # Adding +0.0 turns -0.0 into +0.0, which compare equal as floats.
+    bits = jax.lax.bitcast_convert_type(x.astype(jnp.float32) + 0.0, jnp.uint32)
+    negative = (bits >> 31) == 1
+    return jnp.where(negative, ~bits, bits | jnp.uint32(0x80000000))
+
+
+def _bisect_largest(predicate, shape: tuple[int, ...]) -> jax.Array:
+    """The largest uint32 ``m`` with ``predicate(m)`` true (a monotone predicate), per row.
+
+    Returns 0 when the predicate holds nowhere.
+    """
+    lo = jnp.zeros(shape, jnp.uint32)
+    hi = jnp.full(shape, 0xFFFFFFFF, jnp.uint32)
+
+    def step(_, bounds):
+        lo, hi = bounds
+        # Round the midpoint up so the interval always shrinks; 32 steps cover uint32.
+        gap = hi - lo
+        mid = lo + (gap >> 1) + (gap & 1)
+        ok = predicate(mid) & (hi > lo)
+        return jnp.where(ok, mid, lo), jnp.where(ok | (hi <= lo), hi, mid - 1)
+
+    lo, _ = jax.lax.fori_loop(0, 32, step, (lo, hi))
+    return lo
+
+
+def kth_largest_key(x: jax.Array, k: jax.Array) -> jax.Array:
+    """Order key of the k-th largest value of each row: ``[..., n] -> [..., 1]``.
+
+    Args:
+      x: ``[..., n]`` float array.
+      k: int array broadcastable to ``[..., 1]``, 1 <= k <= n.
+
+    Returns:
+      ``[..., 1]`` uint32 keys comparable with :func:`order_key` of ``x``.
+    """
+    key = order_key(x)
+    return _bisect_largest(lambda m: jnp.sum(key >= m, axis=-1, keepdims=True) >= k, (*key.shape[:-1], 1))
+
+
+def mass_cutoff_key(probs: jax.Array, p: jax.Array) -> jax.Array:
+    """Order key of the largest threshold ``t`` with ``sum(probs[probs >= t]) >= p``, per row.
+
+    Args:
+      probs: ``[..., n]`` non-negative float32 probabilities.
+      p: float array broadcastable to ``[..., 1]``.
+
+    Returns:
+      ``[..., 1]`` uint32 keys comparable with :func:`order_key` of ``probs``.
+    """
+    key = order_key(probs)
+    return _bisect_largest(
+        lambda m: jnp.sum(jnp.where(key >= m, probs, 0.0), axis=-1, keepdims=True) >= p,
+        (*key.shape[:-1], 1),
+    )
