@@ -1,0 +1,6 @@
+"""Makes ``ckpt_helpers`` importable from the tests (pytest runs with importlib mode)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -1,0 +1,293 @@
+"""Benchmark: the `checkpoint` workload (BENCHMARKS.md).
+
+Saves and restores the full ENCDEC-S train state — T5.1.1 shapes (vocab 32128,
+emb 512, 8 x 64 heads, gated-GELU mlp 1024, 6 + 6 layers, untied logits) plus
+T5X Adafactor slots (factored ``v_row`` / ``v_col`` for matrices, ``v`` for
+vectors, 1-element placeholders) — about 70 M float32 parameters, built
+directly as ``jax.Array``s (no model package needed). In the same process and
+alternating round by round, it times:
+
+* ``ours``: ``t5x.checkpointing.Checkpointer`` save (synchronous, from device
+  arrays to a complete, renamed step folder) and restore (into the target's
+  shapes), for each compression asked for (``--compression``);
+* ``raw-ts``: plain TensorStore zarr writes / reads of the same arrays with the
+  same chunks and compressor, all in flight at once (the floor for the format);
+* ``orbax``: ``orbax.checkpoint.StandardCheckpointer`` save (+ wait) / restore
+  of the same pytree, when orbax-checkpoint is installed;
+* ``async``: the seconds ``Checkpointer.save`` blocks the caller when saving
+  asynchronously, against the full save time.
+
+Throughput is state bytes / wall seconds; the table shows medians. Usage:
+
+    python tools/bench_checkpoint.py [--repeats 3] [--compression gzip,zstd]
+        [--dir /tmp/x] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tensorstore as ts
+
+VOCAB, EMB, HEADS, HEAD_DIM, MLP, LAYERS = 32128, 512, 8, 64, 1024, 6
+
+
+def encdec_s_params() -> dict[str, tuple[int, ...]]:
+    """Parameter shapes of T5.1.1 ENCDEC-S, keyed by slash-joined T5X names."""
+    shapes: dict[str, tuple[int, ...]] = {"token_embedder/embedding": (VOCAB, EMB)}
+    attn = {f"{n}/kernel": (EMB, HEADS * HEAD_DIM) for n in ("query", "key", "value")}
+    attn["out/kernel"] = (HEADS * HEAD_DIM, EMB)
+    mlp = {"wi_0/kernel": (EMB, MLP), "wi_1/kernel": (EMB, MLP), "wo/kernel": (MLP, EMB)}
+    for stack, blocks in (
+        ("encoder", ("attention",)),
+        ("decoder", ("self_attention", "encoder_decoder_attention")),
+    ):
+        shapes[f"{stack}/relpos_bias/rel_embedding"] = (HEADS, 32)
+        norms = ["pre_attention_layer_norm", "pre_mlp_layer_norm"]
+        if stack == "decoder":
+            norms = ["pre_self_attention_layer_norm", "pre_cross_attention_layer_norm", "pre_mlp_layer_norm"]
+        for i in range(LAYERS):
+            for block in blocks:
+                shapes.update({f"{stack}/layers_{i}/{block}/{k}": v for k, v in attn.items()})
+            shapes.update({f"{stack}/layers_{i}/mlp/{k}": v for k, v in mlp.items()})
+            shapes.update({f"{stack}/layers_{i}/{n}/scale": (EMB,) for n in norms})
+        shapes[f"{stack}/{stack}_norm/scale"] = (EMB,)
+    shapes["decoder/logits_dense/kernel"] = (EMB, VOCAB)
+    return shapes
+
+
+def _nest(flat: dict[str, object]) -> dict:
+    tree: dict = {}
+    for name, value in flat.items():
+        node = tree
+        *parents, leaf = name.split("/")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return tree
+
+
+def make_train_state(seed: int = 0) -> dict:
+    """ENCDEC-S params + Adafactor slots as device arrays (float32, normal noise)."""
+    rng = np.random.default_rng(seed)
+    params, slots = {}, {}
+    for name, shape in encdec_s_params().items():
+        params[name] = jnp.asarray(rng.standard_normal(shape, dtype=np.float32))
+        one = jnp.zeros((1,), jnp.float32)
+        if len(shape) >= 2:
+            slots[name] = {
+                "v_row": jnp.asarray(rng.random(shape[:-1], dtype=np.float32)),
+                "v_col": jnp.asarray(rng.random(shape[:-2] + shape[-1:], dtype=np.float32)),
+                "v": one,
+                "m": one,
+            }
+        else:
+            slots[name] = {
+                "v_row": one,
+                "v_col": one,
+                "v": jnp.asarray(rng.random(shape, dtype=np.float32)),
+                "m": one,
+            }
+    state = {
+        "target": _nest(params),
+        "state": {"step": jnp.asarray(1000, jnp.int32), "param_states": _nest(slots)},
+    }
+    jax.block_until_ready(state)
+    return state
+
+
+def _nbytes(state) -> int:
+    return sum(np.dtype(x.dtype).itemsize * int(np.prod(x.shape)) for x in jax.tree.leaves(state))
+
+
+def _timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def ours_save_restore(state, root, step, compression):
+    from t5x.checkpointing import Checkpointer
+
+    ckpt = Checkpointer(root, async_save=False, compression=compression)
+    save_s, _ = _timed(lambda: ckpt.save(step, state))
+    target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
+    shardings = jax.tree.map(lambda x: x.sharding, state)
+    restore_s, restored = _timed(
+        lambda: jax.block_until_ready(ckpt.restore(step, target=target, shardings=shardings).state)
+    )
+    ok = all(
+        np.array_equal(np.asarray(a), np.asarray(b))
+        for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(restored))
+    )
+    ckpt.close()
+    return save_s, restore_s, ok
+
+
+def ours_async_block(state, root, step, compression):
+    from t5x.checkpointing import Checkpointer
+
+    ckpt = Checkpointer(root, compression=compression)
+    start = time.perf_counter()
+    ckpt.save(step, state)
+    blocked = time.perf_counter() - start
+    ckpt.wait_until_finished()
+    total = time.perf_counter() - start
+    ckpt.close()
+    return blocked, total
+
+
+def raw_ts_save_restore(state, root, compression):
+    from t5x.checkpointing._specs import choose_chunk_shape, compressor_json
+
+    leaves = [(i, np.asarray(x)) for i, x in enumerate(jax.tree.leaves(state)) if np.ndim(x) > 0]
+    context = ts.Context({"file_io_concurrency": {"limit": 128}})
+
+    def spec(i, x):
+        return {
+            "driver": "zarr",
+            "kvstore": {"driver": "file", "path": f"{root}/{i}"},
+            "metadata": {
+                "shape": list(x.shape),
+                "chunks": choose_chunk_shape(x.shape, x.dtype.itemsize),
+                "dtype": x.dtype.str,
+                "compressor": compressor_json(compression),
+            },
+        }
+
+    def save():
+        stores = [ts.open(spec(i, x), create=True, context=context) for i, x in leaves]
+        writes = [s.result().write(x) for s, (_, x) in zip(stores, leaves)]
+        for w in writes:
+            w.result()
+
+    def restore():
+        stores = [
+            ts.open({"driver": "zarr", "kvstore": {"driver": "file", "path": f"{root}/{i}"}}, context=context)
+            for i, _ in leaves
+        ]
+        reads = [s.result().read() for s in stores]
+        return [r.result() for r in reads]
+
+    save_s, _ = _timed(save)
+    restore_s, _ = _timed(restore)
+    return save_s, restore_s
+
+
+def orbax_save_restore(state, root):
+    import orbax.checkpoint as ocp
+
+    with ocp.StandardCheckpointer() as ckpt:
+
+        def save():
+            ckpt.save(os.path.join(root, "state"), state)
+            ckpt.wait_until_finished()
+
+        save_s, _ = _timed(save)
+        target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
+        restore_s, _ = _timed(
+            lambda: jax.block_until_ready(ckpt.restore(os.path.join(root, "state"), target))
+        )
+    return save_s, restore_s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--compression", default="gzip,zstd")
+    parser.add_argument("--dir", default=None, help="scratch folder (default: a new temporary one)")
+    parser.add_argument("--no-orbax", action="store_true")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    compressions = args.compression.split(",")
+    scratch = tempfile.mkdtemp(dir=args.dir, prefix="bench-ckpt-")
+    try:
+        import orbax.checkpoint  # noqa: F401
+
+        have_orbax = not args.no_orbax
+    except ImportError:
+        have_orbax = False
+    state = make_train_state()
+    nbytes = _nbytes(state)
+    mb = nbytes / 1e6
+    print(
+        f"ENCDEC-S train state: {sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state['target'])) / 1e6:.1f} M params, "
+        f"{len(jax.tree.leaves(state))} arrays, {mb:.0f} MB; scratch {scratch}"
+    )
+    results: dict[str, list[float]] = {}
+
+    def add(key, value):
+        results.setdefault(key, []).append(value)
+
+    step = 0
+    for round_index in range(args.repeats):
+        for compression in compressions:
+            step += 1
+            save_s, restore_s, ok = ours_save_restore(
+                state, f"{scratch}/ours-{compression}", step, compression
+            )
+            assert ok, "restored values differ"
+            add(f"ours[{compression}] save", save_s)
+            add(f"ours[{compression}] restore", restore_s)
+            raw = f"{scratch}/raw-{compression}-{round_index}"
+            save_s, restore_s = raw_ts_save_restore(state, raw, compression)
+            shutil.rmtree(raw)
+            add(f"raw-ts[{compression}] save", save_s)
+            add(f"raw-ts[{compression}] restore", restore_s)
+        if have_orbax:
+            root = f"{scratch}/orbax-{round_index}"
+            save_s, restore_s = orbax_save_restore(state, root)
+            shutil.rmtree(root)
+            add("orbax save", save_s)
+            add("orbax restore", restore_s)
+        for compression in compressions:
+            step += 1
+            blocked, total = ours_async_block(state, f"{scratch}/async-{compression}", step, compression)
+            add(f"ours[{compression}] async blocked", blocked)
+            add(f"ours[{compression}] async total", total)
+        for name in os.listdir(scratch):
+            if name.startswith(("ours-", "async-")):
+                shutil.rmtree(os.path.join(scratch, name))
+        print(f"round {round_index + 1}/{args.repeats} done", flush=True)
+
+    medians = {k: statistics.median(v) for k, v in results.items()}
+    print(
+        f"\nload average {os.getloadavg()}, {os.cpu_count()} CPUs, jax {jax.__version__} ({jax.default_backend()})"
+    )
+    print(f"{'run':34} {'median s':>9} {'MB/s':>8} {'vs orbax':>9}")
+    for key, seconds in medians.items():
+        if "async" in key:
+            continue
+        kind = key.rsplit(" ", 1)[1]
+        ratio = ""
+        if have_orbax and not key.startswith("orbax"):
+            ratio = f"{medians[f'orbax {kind}'] / seconds:8.2f}x"
+        print(f"{key:34} {seconds:9.3f} {mb / seconds:8.1f} {ratio:>9}")
+    for compression in compressions:
+        blocked = medians[f"ours[{compression}] async blocked"]
+        total = medians[f"ours[{compression}] async total"]
+        print(
+            f"ours[{compression}] async save: caller blocked {blocked:.3f} s of {total:.3f} s "
+            f"({100 * blocked / total:.1f}%)"
+        )
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(
+                {"bytes": nbytes, "loadavg": os.getloadavg(), "seconds": results, "medians": medians},
+                handle,
+                indent=1,
+            )
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
