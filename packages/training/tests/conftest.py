@@ -1,0 +1,6 @@
+"""Makes the test doubles importable (tests run with --import-mode=importlib)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
