@@ -186,6 +186,13 @@ def integration(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, default=False)
+def demo(session: nox.Session) -> None:
+    """The built-in demo: trains a tiny model on a synthetic task and reports its accuracy."""
+    install_packages(session, "launch", extras="")
+    session.run("t5x-launch", "train", *session.posargs)
+
+
+@nox.session(python=PYTHON, default=False)
 def seqio_compat(session: nox.Session) -> None:
     """Optional: compares ids and converter outputs with the real seqio (installed beside ours)."""
     peer = ROOT / ".nox" / "seqio-peer"

@@ -1,0 +1,67 @@
+"""Building a job's components from its configuration, and checking each one."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from t5x.interfaces import Checkpointer, FeatureConverter, InputIterator, Model, Partitioner, check_contract
+from t5x.launch._configs import DatasetConfig
+
+
+def check_components(**components: Any) -> None:
+    """Checks each named component against its contract (by the name's suffix).
+
+    Raises:
+      TypeError: naming the component and the members it lacks.
+    """
+    contracts = {
+        "model": Model,
+        "partitioner": Partitioner,
+        "checkpointer": Checkpointer,
+        "feature_converter": FeatureConverter,
+        "iterator": InputIterator,
+    }
+    for name, component in components.items():
+        if component is None:
+            continue
+        contract = next(c for suffix, c in contracts.items() if name.endswith(suffix))
+        check_contract(component, contract, component=f"{name} ({type(component).__name__})")
+
+
+def get_provider(cfg: DatasetConfig) -> Any:
+    """The Task or Mixture ``cfg`` names (importing ``cfg.module`` first)."""
+    import t5x.tasks
+
+    t5x.tasks.register_builtin_tasks()
+    if cfg.module:
+        importlib.import_module(cfg.module)
+    return t5x.tasks.get_mixture_or_task(cfg.mixture_or_task_name)
+
+
+def feature_converter_for(model: Any, *, pack: bool) -> Any:
+    """An instance of the model's feature converter class."""
+    cls = model.feature_converter_cls
+    cls = cls.resolve() if hasattr(cls, "resolve") else cls
+    return cls(pack=pack)
+
+
+def check_vocabularies(model: Any, provider: Any) -> None:
+    """Checks that the task encodes text with the vocabularies the model was built for.
+
+    Raises:
+      ValueError: naming both vocabularies.
+    """
+    pairs = {
+        "inputs": getattr(model, "input_vocabulary", None) or getattr(model, "vocabulary", None),
+        "targets": getattr(model, "output_vocabulary", None),
+    }
+    for name, feature in provider.output_features.items():
+        expected = pairs.get(name)
+        if expected is None or feature.vocabulary == expected:
+            continue
+        raise ValueError(
+            f"the model's {name} vocabulary {expected!r} differs from the vocabulary of "
+            f"{provider.name}'s feature {name!r}, {feature.vocabulary!r}; configure the model "
+            "with the task's vocabulary (or pick a task that uses the model's)"
+        )

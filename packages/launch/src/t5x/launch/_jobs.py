@@ -1,0 +1,417 @@
+"""The jobs behind ``t5x-launch train``, ``eval`` and ``infer``.
+
+Each job takes its components as arguments (gin fills them in), checks them
+against their contracts, and runs a loop from ``t5x.training``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from t5x.launch._assembly import check_components, check_vocabularies, feature_converter_for, get_provider
+from t5x.launch._configs import CheckpointConfig, DatasetConfig
+from t5x.launch._inference import InferenceReport, inference_metrics
+
+
+@dataclasses.dataclass
+class JobResult:
+    """What a job did, for the CLI to report and tests to check.
+
+    Attributes:
+      step: the train state's step at the end.
+      losses: ``{step: loss}`` of the steps run here (train only).
+      eval_metrics: dataset -> metric -> value (teacher-forced).
+      inference: per-task inference metrics and example predictions.
+      model_dir: where checkpoints, config.gin and metrics went.
+    """
+
+    step: int
+    losses: dict[int, float] = dataclasses.field(default_factory=dict)
+    eval_metrics: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    inference: list[InferenceReport] = dataclasses.field(default_factory=list)
+    model_dir: str = ""
+
+
+def _default_partitioner(partitioner: Any) -> Any:
+    if partitioner is not None:
+        return partitioner
+    from t5x.partitioning import PjitPartitioner
+
+    return PjitPartitioner(num_partitions=1)
+
+
+def _default_optimizer(optimizer: Any) -> Any:
+    if optimizer is not None:
+        return optimizer
+    from t5x.training import adafactor
+
+    return adafactor()
+
+
+def _iterator(
+    model: Any, cfg: DatasetConfig, partitioner: Any, seed: int, *, train: bool
+) -> tuple[Any, Any, Any]:
+    import t5x.tasks
+
+    provider = get_provider(cfg)
+    check_vocabularies(model, provider)
+    converter = feature_converter_for(model, pack=cfg.pack and train)
+    layout = partitioner.get_data_layout(cfg.batch_size)
+    iterator = t5x.tasks.get_input_iterator(
+        provider,
+        converter,
+        cfg.task_feature_lengths,
+        layout.per_shard_batch_size,
+        split=cfg.split,
+        shard_info=layout.shard_info,
+        seed=cfg.seed if cfg.seed is not None else seed,
+        shuffle=cfg.shuffle and train,
+        num_epochs=None if train else 1,
+        drop_remainder=train,
+    )
+    return provider, converter, iterator
+
+
+def _input_shapes(converter: Any, cfg: DatasetConfig) -> dict[str, tuple[int, ...]]:
+    lengths = converter.get_model_feature_lengths(cfg.task_feature_lengths)
+    return {name: (cfg.batch_size, length) for name, length in lengths.items()}
+
+
+def _writers(model_dir: pathlib.Path, total_steps: int | None) -> Any:
+    from t5x.training import ConsoleWriter, JsonlWriter, MultiWriter, TensorBoardWriter
+
+    return MultiWriter(
+        [
+            TensorBoardWriter(str(model_dir / "train")),
+            JsonlWriter(str(model_dir / "metrics.jsonl")),
+            ConsoleWriter(total_steps=total_steps),
+        ]
+    )
+
+
+def _write_model_info(directory: pathlib.Path, initialized: Any) -> None:
+    """Writes ``model-info.txt``: every parameter and optimizer slot with its axes and partitioning."""
+    import jax
+
+    from t5x.checkpointing import write_model_info
+
+    axes: dict[str, Any] = {}
+    for path, names in (initialized.params_axes or {}).items():
+        node = axes
+        *parents, leaf = path.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = tuple(names)
+    specs = jax.tree.map(lambda sharding: tuple(sharding.spec), initialized.shardings.params)
+    if jax.process_index() == 0:
+        write_model_info(
+            str(directory / "model-info.txt"),
+            initialized.state.state_dict(),
+            {"target": axes},
+            {"target": specs},
+        )
+
+
+def _load_initial_params(trainer: Any, path: str) -> None:
+    """Starts from a pretrained checkpoint's parameters, keeping the fresh optimizer state."""
+    import jax
+
+    from t5x.checkpointing import load_t5x_checkpoint
+
+    params = load_t5x_checkpoint(path)["target"]
+    expected = trainer.state.params
+    flat_expected = jax.tree_util.tree_flatten_with_path(expected)[0]
+    flat_found = dict(jax.tree_util.tree_flatten_with_path(params)[0])
+    for key_path, leaf in flat_expected:
+        found = flat_found.get(key_path)
+        name = "/".join(str(getattr(k, "key", k)) for k in key_path)
+        if found is None:
+            raise ValueError(f"initial checkpoint {path} has no parameter {name}")
+        if tuple(found.shape) != tuple(leaf.shape):
+            raise ValueError(
+                f"initial checkpoint {path}: parameter {name} has shape {tuple(found.shape)}, the model expects {tuple(leaf.shape)}"
+            )
+    placed = jax.tree.map(
+        lambda value, like, sharding: jax.device_put(value.astype(like.dtype), sharding),
+        params,
+        expected,
+        trainer.state_shardings.params,
+    )
+    trainer.state = trainer.state.replace_params(placed)
+
+
+def train(
+    *,
+    model: Any,
+    train_dataset_cfg: DatasetConfig,
+    model_dir: str,
+    total_steps: int,
+    partitioner: Any = None,
+    optimizer: Any = None,
+    learning_rate_fn: Callable[[Any], Any] | None = None,
+    checkpoint_cfg: CheckpointConfig | None = None,
+    eval_period: int | None = None,
+    eval_batches: int | None = None,
+    train_eval_dataset_cfg: DatasetConfig | None = None,
+    infer_eval_dataset_cfg: DatasetConfig | None = None,
+    max_inference_examples: int | None = None,
+    random_seed: int = 0,
+    num_microbatches: int | None = None,
+    log_period: int = 10,
+    show_predictions: int = 0,
+) -> JobResult:
+    """Pretrains or fine-tunes ``model``, resuming from ``model_dir`` when it has checkpoints.
+
+    Args:
+      model: a Model.
+      train_dataset_cfg: the training data.
+      model_dir: checkpoints, ``config.gin``, ``model-info.txt`` and metrics go here.
+      total_steps: the step to stop at.
+      partitioner: default ``PjitPartitioner(num_partitions=1)``.
+      optimizer: any Optax transformation (default T5X Adafactor).
+      learning_rate_fn: step -> learning rate (None: the optimizer's own).
+      checkpoint_cfg: save period, retention and the initial checkpoint
+        (default ``CheckpointConfig()``).
+      eval_period: steps between teacher-forced evaluations.
+      eval_batches: batches per evaluation (None: the whole split).
+      train_eval_dataset_cfg: data for teacher-forced evaluation.
+      infer_eval_dataset_cfg: data for inference evaluation at the end (decode
+        and the task's metrics).
+      max_inference_examples: at most this many examples for inference evaluation.
+      random_seed: seeds initialisation, dropout and (by default) the data.
+      num_microbatches: gradient accumulation.
+      log_period: steps between metric writes.
+      show_predictions: print this many predictions next to their targets.
+
+    Returns:
+      A JobResult.
+    """
+    import t5x.training
+    from t5x.checkpointing import Checkpointer
+
+    partitioner = _default_partitioner(partitioner)
+    optimizer = _default_optimizer(optimizer)
+    checkpoint_cfg = checkpoint_cfg or CheckpointConfig()
+    directory = pathlib.Path(model_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    _, converter, train_iter = _iterator(model, train_dataset_cfg, partitioner, random_seed, train=True)
+    checkpointer = Checkpointer(
+        directory,
+        keep=checkpoint_cfg.keep,
+        keep_every=checkpoint_cfg.keep_every,
+        save_dtype=checkpoint_cfg.dtype,
+    )
+    check_components(
+        model=model,
+        partitioner=partitioner,
+        checkpointer=checkpointer,
+        feature_converter=converter,
+        train_iterator=train_iter,
+    )
+
+    initialized = t5x.training.init_train_state(
+        model, optimizer, partitioner, _input_shapes(converter, train_dataset_cfg), seed=random_seed
+    )
+    _write_model_info(directory, initialized)
+    trainer = t5x.training.Trainer(
+        model,
+        partitioner,
+        initialized.state,
+        initialized.shardings,
+        learning_rate_fn=learning_rate_fn,
+        num_microbatches=num_microbatches,
+        seed=random_seed,
+        peak_flops=None,
+    )
+    if checkpoint_cfg.initial_checkpoint_path and checkpointer.latest_step() is None:
+        _load_initial_params(trainer, checkpoint_cfg.initial_checkpoint_path)
+
+    eval_sources = {}
+    if train_eval_dataset_cfg is not None:
+        eval_cfg = train_eval_dataset_cfg
+
+        def eval_batches_fn() -> Any:
+            return _iterator(model, eval_cfg, partitioner, random_seed, train=False)[2]
+
+        eval_sources[eval_cfg.mixture_or_task_name] = eval_batches_fn
+    writer = _writers(directory, total_steps)
+    try:
+        result = t5x.training.train(
+            trainer,
+            train_iter,
+            total_steps=total_steps,
+            checkpointer=checkpointer,
+            checkpoint_period=checkpoint_cfg.period,
+            eval_sources=eval_sources or None,
+            eval_period=eval_period,
+            eval_batches=eval_batches,
+            metric_writer=writer,
+            log_period=log_period,
+        )
+        checkpointer.wait_until_finished()
+        job = JobResult(
+            step=result.step, losses=result.losses, eval_metrics=result.eval_metrics, model_dir=str(directory)
+        )
+        if infer_eval_dataset_cfg is not None:
+            job.inference = inference_metrics(
+                model,
+                trainer.state.params,
+                partitioner,
+                infer_eval_dataset_cfg,
+                directory / "inference_eval",
+                step=result.step,
+                max_examples=max_inference_examples,
+                writer=writer,
+            )
+            _print_inference(job.inference, show_predictions)
+    finally:
+        checkpointer.close()
+        writer.close()
+    return job
+
+
+def _print_inference(reports: list[InferenceReport], show: int) -> None:
+    for report in reports:
+        metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(report.metrics.items()))
+        print(f"[inference eval] {report.task} ({report.num_examples} examples): {metrics}", flush=True)
+        for example in report.examples[:show]:
+            mark = "✓" if example["prediction"] == example["target"] else "✗"
+            print(
+                f"  {mark} input: {example['input']!r}\n    target: {example['target']!r}\n    prediction: {example['prediction']!r}"
+            )
+    sys.stdout.flush()
+
+
+def _restore_params(
+    model: Any,
+    partitioner: Any,
+    converter: Any,
+    cfg: DatasetConfig,
+    checkpoint_path: str,
+    step: int | None,
+    seed: int,
+) -> tuple[Any, int]:
+    """Loads parameters of ``step`` (the latest when None) from a model or step folder."""
+    import jax
+
+    import t5x.training
+    from t5x.checkpointing import load_t5x_checkpoint
+
+    initialized = t5x.training.init_train_state(
+        model, t5x.training.sgd(0.0), partitioner, _input_shapes(converter, cfg), seed=seed, materialize=False
+    )
+    state = load_t5x_checkpoint(checkpoint_path, step=step)
+    params = jax.tree.map(
+        lambda value, like, sharding: jax.device_put(value.astype(like.dtype), sharding),
+        state["target"],
+        initialized.shapes.params,
+        initialized.shardings.params,
+    )
+    return params, int(state["state"]["step"])
+
+
+def evaluate(
+    *,
+    model: Any,
+    dataset_cfg: DatasetConfig,
+    checkpoint_path: str,
+    output_dir: str,
+    steps: str | int = "latest",
+    partitioner: Any = None,
+    max_examples: int | None = None,
+    random_seed: int = 0,
+    show_predictions: int = 0,
+) -> list[JobResult]:
+    """Inference evaluation of one, the latest or all checkpoints under ``checkpoint_path``.
+
+    Args:
+      steps: ``"latest"``, ``"all"`` or a step number; ignored when
+        ``checkpoint_path`` is a ``checkpoint_<step>`` folder.
+
+    Returns:
+      One JobResult per evaluated checkpoint.
+    """
+    partitioner = _default_partitioner(partitioner)
+    converter = feature_converter_for(model, pack=False)
+    check_components(model=model, partitioner=partitioner, feature_converter=converter)
+    path = pathlib.Path(checkpoint_path)
+    if path.name.startswith("checkpoint_") or steps == "latest":
+        wanted: list[int | None] = [None]
+    elif steps == "all":
+        wanted = sorted(
+            int(p.name.split("_")[1]) for p in path.glob("checkpoint_*") if p.name.split("_")[1].isdigit()
+        )
+        if not wanted:
+            raise FileNotFoundError(f"no checkpoint_<step> folder in {path}")
+    else:
+        wanted = [int(steps)]
+    results = []
+    writer = _writers(pathlib.Path(output_dir), None)
+    try:
+        for step in wanted:
+            params, restored_step = _restore_params(
+                model, partitioner, converter, dataset_cfg, checkpoint_path, step, random_seed
+            )
+            reports = inference_metrics(
+                model,
+                params,
+                partitioner,
+                dataset_cfg,
+                pathlib.Path(output_dir),
+                step=restored_step,
+                max_examples=max_examples,
+                writer=writer,
+            )
+            _print_inference(reports, show_predictions)
+            results.append(JobResult(step=restored_step, inference=reports, model_dir=output_dir))
+    finally:
+        writer.close()
+    return results
+
+
+def infer(
+    *,
+    model: Any,
+    dataset_cfg: DatasetConfig,
+    checkpoint_path: str,
+    output_dir: str,
+    mode: str = "predict",
+    partitioner: Any = None,
+    random_seed: int = 0,
+    decode_kwargs: Mapping[str, Any] | None = None,
+) -> str:
+    """Predicts or scores every example of a split, writing JSON Lines in input order.
+
+    Returns:
+      The path of the JSON Lines file (``<output_dir>/<task>-<split>-<mode>.jsonl``).
+    """
+    import t5x.training
+
+    partitioner = _default_partitioner(partitioner)
+    provider, converter, batches = _iterator(model, dataset_cfg, partitioner, random_seed, train=False)
+    check_components(model=model, partitioner=partitioner, feature_converter=converter, iterator=batches)
+    params, _ = _restore_params(
+        model, partitioner, converter, dataset_cfg, checkpoint_path, None, random_seed
+    )
+    directory = pathlib.Path(output_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    vocabulary = getattr(model, "output_vocabulary", None)
+    output = directory / f"{provider.name}-{dataset_cfg.split}-{mode}.jsonl"
+    return t5x.training.infer(
+        model,
+        params,
+        partitioner,
+        batches,
+        str(output),
+        batch_size=dataset_cfg.batch_size,
+        mode=mode,
+        decode_fn=(lambda ids: vocabulary.decode([int(i) for i in ids]))
+        if vocabulary is not None and mode == "predict"
+        else None,
+        seed=random_seed,
+        decode_kwargs=decode_kwargs,
+    )

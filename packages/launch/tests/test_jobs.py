@@ -1,0 +1,128 @@
+"""Jobs assembled from the shipped gin files: train, resume, eval and infer on a tiny model."""
+
+import json
+import pathlib
+
+import pytest
+
+from t5x.launch._cli import main
+
+TINY = [
+    "--gin_file=models/demo/tiny.gin",
+    "--gin.models.T5Config.emb_dim=32",
+    "--gin.models.T5Config.mlp_dim=64",
+    "--gin.models.T5Config.num_heads=2",
+    "--gin.models.T5Config.head_dim=16",
+    "--gin.models.T5Config.num_encoder_layers=1",
+    "--gin.models.T5Config.num_decoder_layers=1",
+]
+DATA = [
+    "--gin.MIXTURE_OR_TASK_NAME=synthetic_copy",
+    "--gin.TASK_FEATURE_LENGTHS={'inputs': 24, 'targets': 24}",
+    "--gin.BATCH_SIZE=8",
+]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    model_dir = tmp_path_factory.mktemp("run")
+    args = [
+        "train",
+        *TINY,
+        "--gin_file=runs/pretrain.gin",
+        *DATA,
+        f"--gin.MODEL_DIR={model_dir}",
+        "--gin.TRAIN_STEPS=4",
+        "--gin.CHECKPOINT_PERIOD=2",
+    ]
+    assert main(args) == 0
+    return model_dir, args
+
+
+def test_train_writes_checkpoints_config_and_model_info(trained):
+    model_dir, _ = trained
+    assert sorted(p.name for p in model_dir.glob("checkpoint_*")) == ["checkpoint_2", "checkpoint_4"]
+    config = (model_dir / "config.gin").read_text()
+    assert "TRAIN_STEPS = 4" in config
+    assert "launch.train.total_steps = %TRAIN_STEPS" in config
+    info = (model_dir / "model-info.txt").read_text()
+    assert "Variable encoder/layers_0/attention/query/kernel" in info
+    assert "Total number of parameters" in info
+    lines = [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any("loss" in "".join(line) or "loss" in json.dumps(line) for line in lines)
+
+
+def test_train_resumes_from_the_latest_checkpoint(trained):
+    model_dir, args = trained
+    more = [a for a in args if not a.startswith("--gin.TRAIN_STEPS")] + ["--gin.TRAIN_STEPS=6"]
+    assert main(more) == 0
+    assert (model_dir / "checkpoint_6").is_dir()
+
+
+def test_eval_reports_the_task_metrics(trained, tmp_path, capsys):
+    model_dir, _ = trained
+    code = main(
+        [
+            "eval",
+            *TINY,
+            "--gin_file=runs/eval.gin",
+            *DATA,
+            "--gin.SPLIT='validation'",
+            f"--gin.CHECKPOINT_PATH={model_dir}",
+            f"--gin.EVAL_OUTPUT_DIR={tmp_path}",
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "synthetic_copy" in out and "exact_match" in out
+    assert (tmp_path / "config.gin").exists()
+
+
+def test_infer_writes_json_lines_in_order(trained, tmp_path):
+    model_dir, _ = trained
+    code = main(
+        [
+            "infer",
+            *TINY,
+            "--gin_file=runs/infer.gin",
+            *DATA,
+            "--gin.SPLIT='validation'",
+            f"--gin.CHECKPOINT_PATH={model_dir}/checkpoint_4",
+            f"--gin.INFER_OUTPUT_DIR={tmp_path}",
+        ]
+    )
+    assert code == 0
+    output = tmp_path / "synthetic_copy-validation-predict.jsonl"
+    rows = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [row["index"] for row in rows] == list(range(500))
+    assert all(isinstance(row["prediction"], str) for row in rows)
+    assert pathlib.Path(f"{output}.COMPLETED").exists()
+
+
+def test_assembly_rejects_a_component_that_breaks_its_contract():
+    from t5x.launch._assembly import check_components
+
+    class NotAPartitioner:
+        mesh = None
+
+    with pytest.raises(
+        TypeError,
+        match=r"partitioner \(NotAPartitioner\) does not implement the Partitioner contract.*get_data_layout",
+    ):
+        check_components(partitioner=NotAPartitioner())
+
+
+def test_assembly_rejects_a_model_whose_vocabulary_differs_from_the_task():
+    from t5x.launch import DatasetConfig
+    from t5x.launch._assembly import check_vocabularies, get_provider
+    from t5x.models import EncoderDecoderModel, preset
+    from t5x.vocabularies import ByteVocabulary
+
+    provider = get_provider(DatasetConfig("synthetic_copy", {"inputs": 8, "targets": 8}))
+    model = EncoderDecoderModel(
+        preset("t5_1_1_tiny"), ByteVocabulary(extra_ids=3), ByteVocabulary(extra_ids=3)
+    )
+    with pytest.raises(
+        ValueError, match=r"model's inputs vocabulary .*extra_ids=3.* differs from .*synthetic_copy"
+    ):
+        check_vocabularies(model, provider)
