@@ -14,9 +14,11 @@ from t5x.interfaces._values import DataLayout, PyTree
 class Partitioner(Protocol):
     """Compiles functions for a device mesh and moves data onto it.
 
-    Shardings are given as trees of logical axis names (tuples of names such as
-    ``("batch", "length")``, or None for replicated) or as ``jax.sharding``
-    objects; the partitioner maps names to mesh axes with its rules.
+    Shardings are given as trees of logical axis names or as ``jax.sharding``
+    objects; the partitioner maps names to mesh axes with its rules. In such a
+    tree a tuple of names and Nones (``("batch", "length")``, ``(None, "embed")``)
+    is one leaf, one entry per array dimension; ``None`` and ``()`` mean fully
+    replicated (not JAX's "unspecified").
 
     Attributes:
       mesh: the ``jax.sharding.Mesh`` in use.
@@ -32,7 +34,11 @@ class Partitioner(Protocol):
         static_argnums: int | Sequence[int] = (),
         donate_argnums: int | Sequence[int] = (),
     ) -> Callable[..., Any]:
-        """Returns ``fn`` jitted with these shardings, the mesh and rules in force."""
+        """Returns ``fn`` jitted with these shardings, the mesh and rules in force.
+
+        ``in_shardings`` is a tuple with one sharding tree per positional
+        argument of ``fn``; ``out_shardings`` is one tree like ``fn``'s result.
+        """
         ...
 
     def compile(self, partitioned_fn: Callable[..., Any], *args: Any) -> Callable[..., Any]:

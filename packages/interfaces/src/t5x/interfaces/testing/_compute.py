@@ -36,7 +36,8 @@ def check_model(model: Model, params: Any, batch: Mapping[str, np.ndarray]) -> N
     require(isinstance(metrics, Mapping), f"loss_fn metrics must be a mapping, got {type(metrics).__name__}")
     eval_loss, _ = model.eval_fn(params, batch)
     require(
-        bool(np.isclose(float(eval_loss), float(loss), rtol=1e-5)), "eval_fn and deterministic loss_fn disagree"
+        bool(np.isclose(float(eval_loss), float(loss), rtol=1e-5)),
+        "eval_fn and deterministic loss_fn disagree",
     )
     scores = np.asarray(model.score_batch(params, batch))
     require(

@@ -17,6 +17,9 @@ def check_feature_converter(
 ) -> list[dict[str, np.ndarray]]:
     """Checks ``converter`` on ``examples`` against the FeatureConverter contract.
 
+    The contract is about converters that produce fixed-length model features;
+    a pass-through converter, which returns its input unchanged, is outside it.
+
     Args:
       converter: the converter under test.
       examples: task examples, each a dict of non-empty 1-D int sequences, all
