@@ -1,1 +1,67 @@
 """T5-family encoder-decoders and causal / prefix-LM decoders in Flax, with t5x parameter names."""
+
+from t5x.models._attention import MultiHeadDotProductAttention, dot_product_attention
+from t5x.models._config import DecoderOnlyConfig, T5Config
+from t5x.models._flops import decoder_only_flops_per_token, encoder_decoder_flops_per_token
+from t5x.models._layers import (
+    DenseGeneral,
+    Embed,
+    LayerNorm,
+    MlpBlock,
+    RelativePositionBiases,
+    combine_masks,
+    make_attention_mask,
+    make_causal_mask,
+    make_decoder_mask,
+    relative_position_bucket,
+)
+from t5x.models._losses import (
+    SpecialLossNormalizingFactor,
+    compute_metrics,
+    compute_weighted_cross_entropy,
+    cross_entropy_with_logits,
+    get_loss_normalizing_factor_and_weights,
+)
+from t5x.models._models import DecoderOnlyModel, EncoderDecoderModel
+from t5x.models._network import Decoder, DecoderLayer, Encoder, EncoderLayer
+from t5x.models._presets import PRESETS, preset
+from t5x.models._reference import LazyReference
+from t5x.models._scan import scan_params, unscan_params
+from t5x.models._transformer import DecoderOnlyTransformer, EncoderDecoderTransformer
+
+__all__ = [
+    "PRESETS",
+    "Decoder",
+    "DecoderLayer",
+    "DecoderOnlyConfig",
+    "DecoderOnlyModel",
+    "DecoderOnlyTransformer",
+    "DenseGeneral",
+    "Embed",
+    "Encoder",
+    "EncoderDecoderModel",
+    "EncoderDecoderTransformer",
+    "EncoderLayer",
+    "LayerNorm",
+    "LazyReference",
+    "MlpBlock",
+    "MultiHeadDotProductAttention",
+    "RelativePositionBiases",
+    "SpecialLossNormalizingFactor",
+    "T5Config",
+    "combine_masks",
+    "compute_metrics",
+    "compute_weighted_cross_entropy",
+    "cross_entropy_with_logits",
+    "decoder_only_flops_per_token",
+    "dot_product_attention",
+    "encoder_decoder_flops_per_token",
+    "get_loss_normalizing_factor_and_weights",
+    "make_attention_mask",
+    "make_causal_mask",
+    "make_decoder_mask",
+    "preset",
+    "relative_position_bucket",
+    "scan_params",
+    "unscan_params",
+]

@@ -1,0 +1,223 @@
+"""Multi-head dot-product attention with T5's conventions and a KV cache."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from t5x.models._layers import DenseGeneral, combine_masks, constrain, nd_init
+
+
+def dot_product_attention(
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    bias: jax.Array | None = None,
+    dropout_rng: jax.Array | None = None,
+    dropout_rate: float = 0.0,
+    deterministic: bool = True,
+    dtype: Any = jnp.float32,
+    float32_logits: bool = False,
+) -> jax.Array:
+    """Unscaled dot-product attention (T5 folds ``1/sqrt(head_dim)`` into the query init).
+
+    Args:
+      query: ``[batch, q_len, heads, head_dim]``.
+      key: ``[batch, kv_len, heads, head_dim]``.
+      value: ``[batch, kv_len, heads, head_dim]``.
+      bias: broadcastable to ``[batch, heads, q_len, kv_len]``.
+      dropout_rng: key for attention-weight dropout.
+      dropout_rate: dropout rate on the weights (broadcast over queries).
+      deterministic: disables dropout.
+      dtype: dtype of the returned weights and output.
+      float32_logits: compute the logits in float32.
+
+    Returns:
+      ``[batch, q_len, heads, head_dim]``.
+    """
+    if float32_logits:
+        query, key = query.astype(jnp.float32), key.astype(jnp.float32)
+    logits = jnp.einsum("bqhd,bkhd->bhqk", query, key)
+    if bias is not None:
+        logits = logits + bias.astype(logits.dtype)
+    # Softmax statistics in float32 whatever the activation dtype.
+    weights = jax.nn.softmax(logits.astype(jnp.float32)).astype(dtype)
+    if not deterministic and dropout_rate > 0.0:
+        assert dropout_rng is not None, "attention dropout needs a PRNG key"
+        keep_prob = 1.0 - dropout_rate
+        shape = list(weights.shape)
+        shape[-2] = 1
+        keep = jax.random.bernoulli(dropout_rng, keep_prob, shape)
+        weights = weights * (
+            jnp.broadcast_to(keep, weights.shape).astype(dtype) / jnp.asarray(keep_prob, dtype)
+        )
+    return jnp.einsum("bhqk,bkhd->bqhd", weights, value.astype(dtype))
+
+
+def _mask_to_bias(mask: jax.Array, dtype: Any) -> jax.Array:
+    return jax.lax.select(mask > 0, jnp.zeros(mask.shape, dtype), jnp.full(mask.shape, -1e10, dtype))
+
+
+class MultiHeadDotProductAttention(nn.Module):
+    """Bias-free multi-head attention with ``query``/``key``/``value``/``out`` kernels.
+
+    Decoding keeps ``cached_key``/``cached_value`` as ``[batch, heads, head_dim,
+    max_length]`` and ``cache_index`` (a scalar, or ``[batch]`` after a
+    per-example prefill) in the ``cache`` collection.
+
+    Attributes:
+      num_heads: heads.
+      head_dim: width of each head.
+      dtype: computation dtype.
+      dropout_rate: dropout on the attention weights.
+      float32_logits: compute ``q.k`` in float32.
+      joined_kernel: t5 layout (``[embed, heads*head_dim]``) versus the
+        scalable-T5 layout (``[embed, heads, head_dim]``).
+    """
+
+    num_heads: int
+    head_dim: int
+    dtype: Any = jnp.float32
+    dropout_rate: float = 0.0
+    float32_logits: bool = False
+    joined_kernel: bool = True
+
+    @nn.compact
+    def __call__(
+        self,
+        inputs_q: jax.Array,
+        inputs_kv: jax.Array,
+        mask: jax.Array | None = None,
+        bias: jax.Array | None = None,
+        *,
+        decode: bool = False,
+        deterministic: bool = False,
+        prefill: bool = False,
+        prefill_lengths: jax.Array | None = None,
+    ) -> jax.Array:
+        """Attends ``inputs_q [batch, q_len, embed]`` to ``inputs_kv [batch, kv_len, embed]``.
+
+        Args:
+          inputs_q: queries' inputs.
+          inputs_kv: keys' and values' inputs.
+          mask: ``[batch, 1, q_len, kv_len]`` 0/1, or None.
+          bias: ``[1 or batch, heads, q_len, kv_len]`` additive bias (relative
+            positions); during single-step decoding it spans the whole cache and
+            the row of the current position is taken.
+          decode: single-step decoding against the cache (the first call, under
+            ``init``, only creates the cache).
+          deterministic: disables dropout.
+          prefill: write keys/values of a whole prompt into the cache.
+          prefill_lengths: ``[batch]`` positions filled per example; the cache
+            index of each example starts there.
+
+        Returns:
+          ``[batch, q_len, embed]``.
+
+        Raises:
+          ValueError: for a decoding step whose query does not fit the cache.
+        """
+        kernel_axes = ("embed", "joined_kv") if self.joined_kernel else ("embed", "heads", "kv")
+        init = nd_init(1.0, "fan_in", "normal")
+        depth_scaling = jnp.sqrt(self.head_dim).astype(jnp.float32)
+
+        def query_init(*args: Any) -> jax.Array:
+            return init(*args) / depth_scaling
+
+        def projection(name: str, kernel_init: Any, x: jax.Array) -> jax.Array:
+            y = DenseGeneral(
+                features=(self.num_heads, self.head_dim),
+                axis=-1,
+                dtype=self.dtype,
+                kernel_init=kernel_init,
+                kernel_axes=kernel_axes,
+                joined_kernel=self.joined_kernel,
+                name=name,
+            )(x)
+            return constrain(y, ("batch", "length", "heads", "kv"))
+
+        query = projection("query", query_init, inputs_q)
+        key = projection("key", init, inputs_kv)
+        value = projection("value", init, inputs_kv)
+
+        if prefill and decode:
+            raise ValueError(
+                "prefill and decode cannot both be set: prefill the prompt first, then decode step by step"
+            )
+        if prefill or decode:
+            initialized = self.has_variable("cache", "cached_key")
+            cache_shape = (*key.shape[:-3], key.shape[-2], key.shape[-1], key.shape[-3])
+            cached_key = self.variable("cache", "cached_key", jnp.zeros, cache_shape, key.dtype)
+            cached_value = self.variable("cache", "cached_value", jnp.zeros, cache_shape, value.dtype)
+            cache_index = self.variable("cache", "cache_index", lambda: jnp.array(0, dtype=jnp.int32))
+            if initialized:
+                batch, heads, depth, length = cached_key.value.shape
+                if prefill:
+                    if query.shape[1] != length:
+                        raise ValueError(
+                            f"prefill needs the prompt padded to the cache length {length}, got length {query.shape[1]}"
+                        )
+                    if prefill_lengths is None:
+                        assert mask is not None, "prefill without prefill_lengths needs a mask"
+                        prefill_lengths = jnp.sum(mask[:, 0, 0, :], axis=-1)
+                    lengths = jnp.asarray(prefill_lengths, jnp.int32).reshape(-1)
+                    keep = (jnp.arange(length)[None, :] < lengths[:, None])[:, None, None, :]
+                    cached_key.value = jnp.moveaxis(key, -3, -1) * keep.astype(key.dtype)
+                    cached_value.value = jnp.moveaxis(value, -3, -1) * keep.astype(value.dtype)
+                    cache_index.value = lengths
+                else:
+                    expected = (batch, 1, heads, depth)
+                    if query.shape != expected:
+                        raise ValueError(
+                            f"autoregressive cache holds batch={batch}, heads={heads}, head_dim={depth}, "
+                            f"length={length}: expected a decoding-step query of shape {expected}, got {query.shape}"
+                        )
+                    cur = jnp.reshape(cache_index.value, (-1,))
+                    one_hot = jax.nn.one_hot(cur, length, dtype=key.dtype)[:, None, None, :]
+                    full_key = cached_key.value + jnp.moveaxis(key, -3, -1) * one_hot
+                    full_value = cached_value.value + jnp.moveaxis(value, -3, -1) * one_hot
+                    cached_key.value = full_key
+                    cached_value.value = full_value
+                    cache_index.value = cache_index.value + 1
+                    key = jnp.moveaxis(full_key, -1, -3)
+                    value = jnp.moveaxis(full_value, -1, -3)
+                    visible = jnp.arange(length)[None, None, None, :] <= cur[:, None, None, None]
+                    mask = combine_masks(mask, jnp.broadcast_to(visible, (batch, 1, 1, length)))
+                    if bias is not None:
+                        # Row `cur` of the full-length bias, per example when the index is per example.
+                        rows = jnp.take(bias[0], cur, axis=1)  # [heads, 1 or batch, length]
+                        bias = jnp.transpose(rows, (1, 0, 2))[:, :, None, :]
+
+        attention_bias = _mask_to_bias(mask, self.dtype) if mask is not None else None
+        if bias is not None:
+            attention_bias = (
+                bias if attention_bias is None else attention_bias + bias.astype(attention_bias.dtype)
+            )
+
+        dropout_rng = None
+        if not deterministic and self.dropout_rate > 0.0:
+            dropout_rng = self.make_rng("dropout")
+        x = dot_product_attention(
+            query,
+            key,
+            value,
+            bias=attention_bias,
+            dropout_rng=dropout_rng,
+            dropout_rate=self.dropout_rate,
+            deterministic=deterministic,
+            dtype=self.dtype,
+            float32_logits=self.float32_logits,
+        )
+        out_axes = ("joined_kv", "embed") if self.joined_kernel else ("heads", "kv", "embed")
+        return DenseGeneral(
+            features=inputs_q.shape[-1],
+            axis=(-2, -1),
+            dtype=self.dtype,
+            kernel_init=init,
+            kernel_axes=out_axes,
+            joined_kernel=self.joined_kernel,
+            name="out",
+        )(x)

@@ -1,0 +1,170 @@
+"""Cross-entropy with z-loss and label smoothing, loss normalisation, and metrics."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class SpecialLossNormalizingFactor(enum.Enum):
+    """Loss normalisations computed from the batch (upstream's names).
+
+    ``NUM_REAL_TARGET_TOKENS`` divides by the number of weighted target tokens,
+    ``NUM_TOTAL_TARGET_TOKENS`` by ``batch * length``, and
+    ``AVERAGE_PER_SEQUENCE`` gives every (packed) sequence equal weight and
+    divides by the number of sequences.
+    """
+
+    NUM_REAL_TARGET_TOKENS = 1
+    NUM_TOTAL_TARGET_TOKENS = 2
+    AVERAGE_PER_SEQUENCE = 3
+
+
+def cross_entropy_with_logits(
+    logits: jax.Array, targets: jax.Array, z_loss: float
+) -> tuple[jax.Array, jax.Array]:
+    """Cross entropy against soft targets plus ``z_loss * log(Z)**2``.
+
+    Args:
+      logits: ``[..., vocab]``.
+      targets: ``[..., vocab]`` target distributions.
+      z_loss: coefficient of the squared log-partition penalty.
+
+    Returns:
+      ``(loss, z_loss_term)``, each ``[...]``; ``loss`` includes the z term.
+    """
+    log_z = jax.nn.logsumexp(logits, axis=-1, keepdims=True)
+    loss = -jnp.sum(targets * (logits - log_z), axis=-1)
+    z_term = z_loss * jnp.square(jnp.squeeze(log_z, -1))
+    return loss + z_term, z_term
+
+
+def compute_weighted_cross_entropy(
+    logits: jax.Array,
+    targets: jax.Array,
+    weights: jax.Array | None = None,
+    label_smoothing: float = 0.0,
+    z_loss: float = 0.0,
+    loss_normalizing_factor: float | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Summed, weighted, optionally smoothed cross entropy.
+
+    Label smoothing spreads ``label_smoothing`` over the other ``vocab - 1``
+    classes and subtracts the entropy of that target distribution, so a perfect
+    prediction scores 0.
+
+    Args:
+      logits: ``[batch, length, vocab]``.
+      targets: ``[batch, length]`` ids.
+      weights: ``[batch, length]`` or None (every position counts).
+      label_smoothing: in ``[0, 1)``.
+      z_loss: z-loss coefficient.
+      loss_normalizing_factor: divides the summed losses when given.
+
+    Returns:
+      ``(loss, z_loss, weight_sum)`` scalars.
+
+    Raises:
+      ValueError: when ``logits`` and ``targets`` shapes disagree.
+    """
+    if logits.ndim != targets.ndim + 1 or logits.shape[:-1] != targets.shape:
+        raise ValueError(f"logits {logits.shape} must be targets {targets.shape} + [vocab]")
+    vocab = logits.shape[-1]
+    confidence = 1.0 - label_smoothing
+    low = (1.0 - confidence) / (vocab - 1)
+    normalizing_constant = -(confidence * np.log(confidence) + (vocab - 1) * low * np.log(low + 1e-20))
+    soft = jax.nn.one_hot(targets, vocab, dtype=jnp.float32) * (confidence - low) + low
+    loss, z_term = cross_entropy_with_logits(logits.astype(jnp.float32), soft, z_loss)
+    loss = loss - normalizing_constant
+    weight_sum: jax.Array = jnp.asarray(np.prod(targets.shape), jnp.float32)
+    if weights is not None:
+        loss, z_term = loss * weights, z_term * weights
+        weight_sum = jnp.sum(weights)
+    if loss_normalizing_factor is not None:
+        loss, z_term = loss / loss_normalizing_factor, z_term / loss_normalizing_factor
+    return jnp.sum(loss), jnp.sum(z_term), weight_sum
+
+
+def _weights_per_segment(segment_ids: jax.Array, weights: jax.Array) -> jax.Array:
+    """For each position, the summed weight of its packed sequence: ``[batch, length]``."""
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]
+    return jnp.sum(jnp.where(same, weights[:, None, :], 0.0), axis=-1)
+
+
+def get_loss_normalizing_factor_and_weights(
+    loss_normalizing_factor: Any, batch: Mapping[str, Any]
+) -> tuple[Any, jax.Array | None]:
+    """Resolves a normalising factor (None, a number or a special one) and the loss weights.
+
+    Returns:
+      ``(factor or None, weights [batch, length] or None)``.
+
+    Raises:
+      ValueError: for an unknown special factor name.
+    """
+    weights = batch.get("decoder_loss_weights")
+    if isinstance(loss_normalizing_factor, str):
+        try:
+            loss_normalizing_factor = SpecialLossNormalizingFactor[loss_normalizing_factor.upper()]
+        except KeyError as err:
+            names = [f.name for f in SpecialLossNormalizingFactor]
+            raise ValueError(
+                f"loss_normalizing_factor {loss_normalizing_factor!r} is not one of {names} or a number"
+            ) from err
+    if not isinstance(loss_normalizing_factor, SpecialLossNormalizingFactor):
+        return loss_normalizing_factor, weights
+    targets = batch["decoder_target_tokens"]
+    if weights is None:
+        weights = jnp.asarray(targets > 0, jnp.float32)
+    weights = jnp.asarray(weights, jnp.float32)
+    if loss_normalizing_factor is SpecialLossNormalizingFactor.NUM_REAL_TARGET_TOKENS:
+        return jnp.sum(weights), weights
+    if loss_normalizing_factor is SpecialLossNormalizingFactor.NUM_TOTAL_TARGET_TOKENS:
+        return float(np.prod(targets.shape)), weights
+    if "decoder_segment_ids" in batch:
+        per_seq = _weights_per_segment(batch["decoder_segment_ids"], weights)
+    else:
+        per_seq = jnp.sum(weights, axis=-1, keepdims=True)
+    weights = jnp.nan_to_num(weights / per_seq, nan=0.0, posinf=0.0, neginf=0.0)
+    return jnp.sum(weights), weights
+
+
+def compute_metrics(
+    logits: jax.Array, targets: jax.Array, weights: jax.Array | None, loss: jax.Array, z_loss: jax.Array
+) -> dict[str, jax.Array]:
+    """Scalar metrics of one batch (upstream's names).
+
+    Args:
+      logits: ``[batch, length, vocab]``.
+      targets: ``[batch, length]``.
+      weights: ``[batch, length]`` or None.
+      loss: the (normalised) loss.
+      z_loss: the (normalised) z-loss part of it.
+
+    Returns:
+      A dict of scalars.
+    """
+    if weights is None:
+        weights = jnp.ones(targets.shape, jnp.float32)
+    weights = jnp.asarray(weights, jnp.float32)
+    num_tokens = jnp.asarray(np.prod(targets.shape), jnp.float32)
+    nonpadding = jnp.sum(weights)
+    correct = jnp.asarray(jnp.argmax(logits, axis=-1) == targets, jnp.float32)
+    safe = jnp.maximum(nonpadding, 1e-8)
+    return {
+        "accuracy": jnp.sum(correct * weights) / safe,
+        "loss": loss,
+        "loss_per_nonpadding_target_token": loss / safe,
+        "loss_per_all_target_tokens": loss / num_tokens,
+        "z_loss": z_loss,
+        "z_loss_per_all_target_tokens": z_loss / num_tokens,
+        "cross_ent_loss": loss - z_loss,
+        "cross_ent_loss_per_all_target_tokens": (loss - z_loss) / num_tokens,
+        "nonpadding_fraction": nonpadding / num_tokens,
+        "num_target_tokens": nonpadding,
+    }

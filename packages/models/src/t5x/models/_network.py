@@ -1,0 +1,269 @@
+"""Transformer layers and stacks: encoder, decoder (with or without cross-attention)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from flax.linen import partitioning as nn_partitioning
+
+from t5x.models._attention import MultiHeadDotProductAttention
+from t5x.models._layers import DenseGeneral, Embed, LayerNorm, MlpBlock, RelativePositionBiases, constrain
+
+_BLC = ("batch", "length", "embed")
+
+
+def relpos_module(cfg: Any, name: str = "relpos_bias") -> RelativePositionBiases:
+    """The relative-position table of a stack or (UMT5) of one layer."""
+    return RelativePositionBiases(
+        num_buckets=cfg.num_buckets,
+        max_distance=cfg.max_distance,
+        num_heads=cfg.num_heads,
+        dtype=cfg.dtype,
+        name=name,
+    )
+
+
+def _attention(cfg: Any, name: str) -> MultiHeadDotProductAttention:
+    return MultiHeadDotProductAttention(
+        num_heads=cfg.num_heads,
+        head_dim=cfg.head_dim,
+        dtype=cfg.dtype,
+        dropout_rate=cfg.dropout_rate,
+        float32_logits=cfg.float32_attention_logits,
+        joined_kernel=not cfg.scan_layers,
+        name=name,
+    )
+
+
+def _mlp(cfg: Any) -> MlpBlock:
+    return MlpBlock(
+        intermediate_dim=cfg.mlp_dim,
+        activations=cfg.mlp_activations,
+        intermediate_dropout_rate=cfg.dropout_rate,
+        dtype=cfg.dtype,
+        joined_kernel=not cfg.scan_layers,
+        name="mlp",
+    )
+
+
+def _dropout(cfg: Any, x: jax.Array, deterministic: bool) -> jax.Array:
+    return nn.Dropout(rate=cfg.dropout_rate, broadcast_dims=(-2,))(x, deterministic=deterministic)
+
+
+class EncoderLayer(nn.Module):
+    """Pre-norm self-attention and MLP block with residuals (bidirectional)."""
+
+    config: Any
+
+    @nn.compact
+    def __call__(
+        self, inputs: jax.Array, mask: jax.Array | None, bias: jax.Array | None, deterministic: bool
+    ) -> Any:
+        """Maps ``inputs [batch, length, embed]`` to the same shape.
+
+        ``bias`` is the stack's relative-position bias, None for per-layer tables.
+        """
+        cfg = self.config
+        if cfg.per_layer_relpos_bias:
+            bias = relpos_module(cfg)(inputs.shape[-2], inputs.shape[-2], True)
+        inputs = constrain(inputs, _BLC)
+        x = LayerNorm(dtype=cfg.dtype, name="pre_attention_layer_norm")(inputs)
+        x = _attention(cfg, "attention")(x, x, mask, bias, deterministic=deterministic)
+        x = _dropout(cfg, x, deterministic) + inputs
+        x = constrain(x, _BLC)
+        y = LayerNorm(dtype=cfg.dtype, name="pre_mlp_layer_norm")(x)
+        y = _mlp(cfg)(y, deterministic=deterministic)
+        y = constrain(_dropout(cfg, y, deterministic) + x, _BLC)
+        return (y, None) if cfg.scan_layers else y
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, optional cross-attention to ``encoded``, and MLP."""
+
+    config: Any
+    cross_attention: bool = True
+
+    @nn.compact
+    def __call__(
+        self,
+        inputs: jax.Array,
+        encoded: jax.Array | None,
+        decoder_mask: jax.Array | None,
+        encoder_decoder_mask: jax.Array | None,
+        bias: jax.Array | None,
+        deterministic: bool,
+        decode: bool,
+        max_decode_length: int | None,
+        prefill: bool,
+        prefill_lengths: jax.Array | None,
+    ) -> Any:
+        """Maps ``inputs [batch, length, embed]`` to the same shape."""
+        cfg = self.config
+        if cfg.per_layer_relpos_bias:
+            length = int(max_decode_length) if decode and max_decode_length else inputs.shape[-2]
+            bias = relpos_module(cfg)(length, length, False)
+        inputs = constrain(inputs, _BLC)
+        x = LayerNorm(dtype=cfg.dtype, name="pre_self_attention_layer_norm")(inputs)
+        x = _attention(cfg, "self_attention")(
+            x,
+            x,
+            decoder_mask,
+            bias,
+            deterministic=deterministic,
+            decode=decode,
+            prefill=prefill,
+            prefill_lengths=prefill_lengths,
+        )
+        x = constrain(_dropout(cfg, x, deterministic) + inputs, _BLC)
+        if self.cross_attention:
+            assert encoded is not None, "a decoder with cross-attention needs the encoder's output"
+            y = LayerNorm(dtype=cfg.dtype, name="pre_cross_attention_layer_norm")(x)
+            y = _attention(cfg, "encoder_decoder_attention")(
+                y, encoded, encoder_decoder_mask, deterministic=deterministic
+            )
+            x = constrain(_dropout(cfg, y, deterministic) + x, _BLC)
+        z = LayerNorm(dtype=cfg.dtype, name="pre_mlp_layer_norm")(x)
+        z = _mlp(cfg)(z, deterministic=deterministic)
+        z = constrain(_dropout(cfg, z, deterministic) + x, _BLC)
+        return (z, None) if cfg.scan_layers else z
+
+
+def _remat(cfg: Any, layer: type[nn.Module], static_argnums: tuple[int, ...]) -> Any:
+    if cfg.remat_policy == "none":
+        return layer
+    policy = (
+        jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims if cfg.remat_policy == "minimal" else None
+    )
+    return nn_partitioning.remat(
+        layer, prevent_cse=not cfg.scan_layers, policy=policy, static_argnums=static_argnums
+    )
+
+
+def run_layers(
+    module: nn.Module,
+    cfg: Any,
+    layer: type[nn.Module],
+    num_layers: int,
+    x: jax.Array,
+    args: tuple[Any, ...],
+    **kwargs: Any,
+) -> jax.Array:
+    """Applies ``num_layers`` copies of ``layer`` to ``x``, looped or scanned.
+
+    Unscanned layers are named ``layers_<i>``; scanned ones share the name
+    ``layers`` with parameters stacked on axis 1 and caches on axis 0.
+    """
+    # Positional indices (self excluded) of the Python-valued arguments.
+    statics = tuple(i + 1 for i, a in enumerate(args) if isinstance(a, (bool, int)) or a is None)
+    block = _remat(cfg, layer, statics)
+    if not cfg.scan_layers:
+        for i in range(num_layers):
+            x = block(config=cfg, name=f"layers_{i}", **kwargs)(x, *args)
+        return x
+    initializing = module.is_mutable_collection("params")
+    params_spec = 1 if initializing else nn_partitioning.ScanIn(1)
+    scanned = nn_partitioning.scan_with_axes(
+        block,
+        variable_axes={"params": params_spec, "cache": 0},
+        split_rngs={"params": True, "dropout": True},
+        in_axes=(nn.broadcast,) * len(args),
+        length=num_layers,
+        axis_name="layers",
+    )
+    x, _ = scanned(config=cfg, name="layers", **kwargs)(x, *args)
+    return x
+
+
+class Encoder(nn.Module):
+    """Embedding dropout, the encoder layers and ``encoder_norm``."""
+
+    config: Any
+    shared_embedding: nn.Module
+
+    @nn.compact
+    def __call__(
+        self, encoder_input_tokens: jax.Array, encoder_mask: jax.Array | None, deterministic: bool
+    ) -> jax.Array:
+        """Encodes ``[batch, length]`` ids into ``[batch, length, embed]``."""
+        cfg = self.config
+        length = encoder_input_tokens.shape[-1]
+        bias = None if cfg.per_layer_relpos_bias else relpos_module(cfg)(length, length, True)
+        x = self.shared_embedding(encoder_input_tokens.astype(jnp.int32))
+        x = _dropout(cfg, x, deterministic).astype(cfg.dtype)
+        x = run_layers(
+            self, cfg, EncoderLayer, cfg.num_encoder_layers, x, (encoder_mask, bias, deterministic)
+        )
+        x = LayerNorm(dtype=cfg.dtype, name="encoder_norm")(x)
+        return nn.Dropout(rate=cfg.dropout_rate)(x, deterministic=deterministic)
+
+
+class Decoder(nn.Module):
+    """Decoder layers, ``decoder_norm`` and the logits (tied or ``logits_dense``).
+
+    Attributes:
+      config: a ``T5Config`` or ``DecoderOnlyConfig``.
+      shared_embedding: the token embedder (created here when None).
+      cross_attention: whether layers attend to an encoder.
+    """
+
+    config: Any
+    shared_embedding: nn.Module | None = None
+    cross_attention: bool = True
+
+    @nn.compact
+    def __call__(
+        self,
+        encoded: jax.Array | None,
+        decoder_input_tokens: jax.Array,
+        decoder_mask: jax.Array | None = None,
+        encoder_decoder_mask: jax.Array | None = None,
+        deterministic: bool = True,
+        decode: bool = False,
+        max_decode_length: int | None = None,
+        prefill: bool = False,
+        prefill_lengths: jax.Array | None = None,
+    ) -> jax.Array:
+        """Returns float32 logits ``[batch, length, vocab]``.
+
+        Raises:
+          ValueError: when decoding without ``max_decode_length``.
+        """
+        cfg = self.config
+        num_layers = cfg.num_decoder_layers if self.cross_attention else cfg.num_layers
+        if decode and not max_decode_length:
+            raise ValueError("decoding step by step needs max_decode_length (the cache length)")
+        length = int(max_decode_length) if decode and max_decode_length else decoder_input_tokens.shape[-1]
+        bias = None if cfg.per_layer_relpos_bias else relpos_module(cfg)(length, length, False)
+        embedding = self.shared_embedding
+        if embedding is None:
+            embedding = Embed(cfg.vocab_size, cfg.emb_dim, dtype=cfg.dtype, name="token_embedder")
+        y = embedding(decoder_input_tokens.astype(jnp.int32))
+        y = _dropout(cfg, y, deterministic).astype(cfg.dtype)
+        args = (
+            encoded,
+            decoder_mask,
+            encoder_decoder_mask,
+            bias,
+            deterministic,
+            decode,
+            max_decode_length,
+            prefill,
+            prefill_lengths,
+        )
+        y = run_layers(self, cfg, DecoderLayer, num_layers, y, args, cross_attention=self.cross_attention)
+        y = LayerNorm(dtype=cfg.dtype, name="decoder_norm")(y)
+        y = _dropout(cfg, y, deterministic)
+        if cfg.logits_via_embedding:
+            logits = embedding.attend(y) / jnp.sqrt(jnp.float32(y.shape[-1]))
+        else:
+            logits = DenseGeneral(
+                cfg.vocab_size,
+                dtype=jnp.float32,
+                kernel_axes=("embed", "vocab"),
+                joined_kernel=True,
+                name="logits_dense",
+            )(y)
+        return constrain(logits, ("batch", "length", "vocab"))

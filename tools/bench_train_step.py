@@ -1,0 +1,287 @@
+"""Benchmark: `train-step` of ENCDEC-S and DEC-S (BENCHMARKS.md) with t5x.models.
+
+Times one training step (forward, backward, optimizer update) under one `jax.jit`, float32 on
+CPU. Compile time (lower + compile) is reported separately from the steady state: the median
+of `--steps` timed steps after `--warmup` untimed ones. Tokens/s counts inputs + targets
+(encoder-decoder) or all positions (decoder-only); MFU uses the model's `flops_per_token`
+(PaLM convention) against the same-process XLA float32 matmul peak (2048^3, median of 5),
+timed right before each workload.
+
+The optimizer is optax's `adafactor` (factored second moments, update clipping 1.0,
+parameter-scale multiplier; close to T5X's Adafactor defaults) at learning rate 1e-3, since
+`t5x.training` is developed separately.
+
+With `--peer-python` (an interpreter with torch + transformers), the same workloads run in
+Hugging Face `transformers` on PyTorch CPU in a separate process: `T5ForConditionalGeneration`
+(gated-GELU, untied) for ENCDEC-S and a `LlamaForCausalLM` of the same layer shape for DEC-S,
+with `transformers.optimization.Adafactor`. Ours and the peer's steps alternate one by one.
+Usage:
+
+    python tools/bench_train_step.py [--workloads encdec,dec] [--steps 5] [--warmup 1]
+        [--peer-python /work/peers/hf/bin/python] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from t5x.models import DecoderOnlyConfig, DecoderOnlyModel, EncoderDecoderModel, T5Config
+
+WORKLOADS = {
+    "encdec": {"name": "ENCDEC-S", "batch": 8, "inputs": 256, "targets": 64},
+    "dec": {"name": "DEC-S", "batch": 8, "length": 512},
+}
+VOCAB, D, HEADS, HEAD_DIM, MLP = 32128, 512, 8, 64, 1024
+
+PEER_SCRIPT = r"""
+import json, sys, time, statistics
+import torch
+from transformers import T5Config, T5ForConditionalGeneration, LlamaConfig, LlamaForCausalLM
+from transformers.optimization import Adafactor
+VOCAB, D, HEADS, HEAD_DIM, MLP = 32128, 512, 8, 64, 1024
+torch.manual_seed(0)
+state = {}
+def reply(obj):
+    sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
+def peak():
+    a = torch.randn(2048, 2048); b = torch.randn(2048, 2048)
+    a @ b
+    times = []
+    for _ in range(5):
+        t = time.perf_counter(); a @ b; times.append(time.perf_counter() - t)
+    return 2 * 2048 ** 3 / statistics.median(times)
+def setup(kind, w):
+    if kind == "encdec":
+        cfg = T5Config(vocab_size=VOCAB, d_model=D, d_kv=HEAD_DIM, d_ff=MLP, num_layers=6, num_decoder_layers=6,
+                       num_heads=HEADS, feed_forward_proj="gated-gelu", tie_word_embeddings=False, dropout_rate=0.0,
+                       decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+        model = T5ForConditionalGeneration(cfg)
+        g = torch.Generator().manual_seed(0)
+        batch = {"input_ids": torch.randint(2, VOCAB, (w["batch"], w["inputs"]), generator=g),
+                 "labels": torch.randint(2, VOCAB, (w["batch"], w["targets"]), generator=g)}
+    else:
+        cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=D, intermediate_size=MLP, num_hidden_layers=12,
+                          num_attention_heads=HEADS, num_key_value_heads=HEADS, tie_word_embeddings=False,
+                          max_position_embeddings=w["length"], hidden_act="gelu_pytorch_tanh")
+        model = LlamaForCausalLM(cfg)
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(2, VOCAB, (w["batch"], w["length"]), generator=g)
+        batch = {"input_ids": ids, "labels": ids}
+    model.train()
+    opt = Adafactor(model.parameters(), lr=1e-3, scale_parameter=True, relative_step=False, warmup_init=False)
+    state.update(model=model, opt=opt, batch=batch)
+    return sum(p.numel() for p in model.parameters())
+def step():
+    t = time.perf_counter()
+    loss = state["model"](**state["batch"]).loss
+    loss.backward()
+    state["opt"].step(); state["opt"].zero_grad(set_to_none=True)
+    return time.perf_counter() - t, float(loss.detach())
+for line in sys.stdin:
+    cmd = json.loads(line)
+    if cmd["op"] == "peak":
+        reply({"flops": peak()})
+    elif cmd["op"] == "setup":
+        t = time.perf_counter(); n = setup(cmd["kind"], cmd["workload"]); s, loss = step()
+        reply({"params": n, "first_step_s": time.perf_counter() - t, "loss": loss, "threads": torch.get_num_threads()})
+    elif cmd["op"] == "step":
+        s, loss = step(); reply({"s": s, "loss": loss})
+    else:
+        break
+"""
+
+
+class Peer:
+    """The peer interpreter, driven one command at a time over stdin/stdout."""
+
+    def __init__(self, python: str) -> None:
+        fd, self._script = tempfile.mkstemp(suffix="_peer_train_step.py")
+        with os.fdopen(fd, "w") as f:
+            f.write(PEER_SCRIPT)
+        self._proc = subprocess.Popen(
+            [python, self._script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
+
+    def ask(self, **cmd: object) -> dict:
+        assert self._proc.stdin and self._proc.stdout
+        self._proc.stdin.write(json.dumps(cmd) + "\n")
+        self._proc.stdin.flush()
+        line = self._proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"peer process died (exit code {self._proc.poll()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            with contextlib.suppress(RuntimeError, BrokenPipeError, json.JSONDecodeError):
+                self.ask(op="quit")
+        self._proc.wait(timeout=30)
+        os.unlink(self._script)
+
+
+def xla_matmul_peak() -> float:
+    """FLOP/s of a jitted 2048^3 float32 matmul (median of 5 after a warm-up)."""
+    a = jax.random.normal(jax.random.PRNGKey(0), (2048, 2048), jnp.float32)
+    b = jax.random.normal(jax.random.PRNGKey(1), (2048, 2048), jnp.float32)
+    mm = jax.jit(jnp.matmul)
+    mm(a, b).block_until_ready()
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        mm(a, b).block_until_ready()
+        times.append(time.perf_counter() - start)
+    return 2 * 2048**3 / statistics.median(times)
+
+
+def build(kind: str) -> tuple[object, dict, int]:
+    """Returns (model, batch, tokens per step) for a workload."""
+    w = WORKLOADS[kind]
+    rng = np.random.default_rng(0)
+    common = dict(
+        vocab_size=VOCAB, emb_dim=D, num_heads=HEADS, head_dim=HEAD_DIM, mlp_dim=MLP,
+        mlp_activations=("gelu", "linear"), dropout_rate=0.0, logits_via_embedding=False,
+    )  # fmt: skip
+    if kind == "encdec":
+        model = EncoderDecoderModel(T5Config(num_encoder_layers=6, num_decoder_layers=6, **common))
+        tgt = rng.integers(2, VOCAB, (w["batch"], w["targets"]), dtype=np.int32)
+        batch = {
+            "encoder_input_tokens": rng.integers(2, VOCAB, (w["batch"], w["inputs"]), dtype=np.int32),
+            "decoder_input_tokens": np.concatenate([np.zeros((w["batch"], 1), np.int32), tgt[:, :-1]], 1),
+            "decoder_target_tokens": tgt,
+            "decoder_loss_weights": np.ones(tgt.shape, np.float32),
+        }
+        return model, batch, w["batch"] * (w["inputs"] + w["targets"])
+    model = DecoderOnlyModel(DecoderOnlyConfig(num_layers=12, **common))
+    tgt = rng.integers(2, VOCAB, (w["batch"], w["length"]), dtype=np.int32)
+    batch = {
+        "decoder_input_tokens": np.concatenate([np.zeros((w["batch"], 1), np.int32), tgt[:, :-1]], 1),
+        "decoder_target_tokens": tgt,
+        "decoder_loss_weights": np.ones(tgt.shape, np.float32),
+    }
+    return model, batch, w["batch"] * w["length"]
+
+
+def run_workload(kind: str, args: argparse.Namespace, peer: Peer | None) -> dict:
+    model, batch, tokens = build(kind)
+    lengths = {k: v.shape[1] for k, v in batch.items()}
+    peak = xla_matmul_peak()
+    params = model.get_initial_variables(jax.random.PRNGKey(0), {k: v.shape for k, v in batch.items()})[
+        "params"
+    ]
+    n_params = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(params))
+    opt = optax.adafactor(learning_rate=1e-3)
+    opt_state = opt.init(params)
+
+    def train_step(params, opt_state, batch):
+        (loss, _), grads = jax.value_and_grad(model.loss_fn, has_aux=True)(params, batch, None)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    batch = {k: jnp.asarray(v) for k, v in batch.items()}
+    start = time.perf_counter()
+    compiled = jax.jit(train_step, donate_argnums=(0, 1)).lower(params, opt_state, batch).compile()
+    compile_s = time.perf_counter() - start
+    peer_info = {}
+    if peer is not None:
+        peer_info["peak_flops"] = peer.ask(op="peak")["flops"]
+        peer_info.update(peer.ask(op="setup", kind=kind, workload=WORKLOADS[kind]))
+    for _ in range(args.warmup):
+        params, opt_state, loss = compiled(params, opt_state, batch)
+        loss.block_until_ready()
+        if peer is not None:
+            peer.ask(op="step")
+    ours, theirs, losses = [], [], []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        params, opt_state, loss = compiled(params, opt_state, batch)
+        loss.block_until_ready()
+        ours.append(time.perf_counter() - start)
+        losses.append(float(loss))
+        if peer is not None:
+            theirs.append(peer.ask(op="step")["s"])
+    flops_per_token = model.flops_per_token(lengths)
+    step_s = statistics.median(ours)
+    result = {
+        "workload": WORKLOADS[kind]["name"],
+        "params": n_params,
+        "tokens_per_step": tokens,
+        "compile_s": compile_s,
+        "step_s": step_s,
+        "tokens_per_s": tokens / step_s,
+        "flops_per_token": flops_per_token,
+        "xla_matmul_peak_gflops": peak / 1e9,
+        "mfu": flops_per_token * tokens / step_s / peak,
+        "losses": losses,
+    }
+    if theirs:
+        peer_step = statistics.median(theirs)
+        result["peer"] = {
+            "params": peer_info["params"],
+            "first_step_s": peer_info["first_step_s"],
+            "step_s": peer_step,
+            "tokens_per_s": tokens / peer_step,
+            "torch_matmul_peak_gflops": peer_info["peak_flops"] / 1e9,
+            "mfu_own_peak": flops_per_token * tokens / peer_step / peer_info["peak_flops"],
+            "threads": peer_info["threads"],
+        }
+        result["speedup_vs_peer"] = peer_step / step_s
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workloads", default="encdec,dec")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--peer-python", default=None)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    kinds = [k.strip() for k in args.workloads.split(",") if k.strip()]
+    for k in kinds:
+        if k not in WORKLOADS:
+            parser.error(f"unknown workload {k!r}; choose from {sorted(WORKLOADS)}")
+    peer = Peer(args.peer_python) if args.peer_python else None
+    try:
+        results = [run_workload(k, args, peer) for k in kinds]
+    finally:
+        if peer is not None:
+            peer.close()
+    load = os.getloadavg()
+    print(f"train-step, float32, {platform.processor() or platform.machine()}, jax {jax.__version__}, "
+          f"median of {args.steps} steps; load average {tuple(round(x, 2) for x in load)}")  # fmt: skip
+    header = f"{'workload':10} {'impl':8} {'s/step':>8} {'tokens/s':>10} {'MFU':>6} {'peak GF/s':>10} {'compile s':>10}"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        print(
+            f"{r['workload']:10} {'ours':8} {r['step_s']:8.3f} {r['tokens_per_s']:10.0f} {r['mfu']:6.1%} "
+            f"{r['xla_matmul_peak_gflops']:10.1f} {r['compile_s']:10.1f}"
+        )
+        if "peer" in r:
+            p = r["peer"]
+            print(
+                f"{'':10} {'HF-torch':8} {p['step_s']:8.3f} {p['tokens_per_s']:10.0f} {p['mfu_own_peak']:6.1%} "
+                f"{p['torch_matmul_peak_gflops']:10.1f} {p['first_step_s']:10.1f}"
+            )
+            print(f"{'':10} ours/peer tokens/s = {r['speedup_vs_peer']:.2f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"loadavg": load, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
