@@ -1,1 +1,150 @@
-"""Data sources, Tasks, Mixtures, T5 preprocessors and deterministic resumable pipelines on tf.data, without JAX."""
+"""Data sources, Tasks, Mixtures, T5 preprocessors and deterministic resumable pipelines on tf.data.
+
+No JAX, Flax or Optax is imported. Names and signatures follow seqio's, so a
+task definition ports by changing imports.
+"""
+
+from t5x.tasks._beam_cache import add_global_cache_dirs, get_global_cache_dirs, set_global_cache_dirs
+from t5x.tasks._builtin import (
+    BUILTIN_MIXTURES,
+    BUILTIN_TASKS,
+    builtin_vocabulary,
+    exact_match,
+    register_builtin_tasks,
+    token_accuracy,
+)
+from t5x.tasks._evaluator import Evaluator
+from t5x.tasks._feature import Feature
+from t5x.tasks._iterator import BatchIterator, get_input_iterator
+from t5x.tasks._loggers import JSONLogger, Logger, PyLoggingLogger, TensorBoardLogger
+from t5x.tasks._mixture import Mixture, MixtureRate, mixing_rate_num_examples, rate_num_examples
+from t5x.tasks._noise import (
+    drop_noise_tokens,
+    drop_nonnoise_tokens,
+    iid_noise_mask,
+    noise_span_to_unique_sentinel,
+    nonnoise_span_to_unique_sentinel,
+    random_prefix_noise_mask,
+    random_spans_helper,
+    random_spans_noise_mask,
+    sentinel_id,
+)
+from t5x.tasks._objectives import (
+    denoise,
+    full_lm,
+    iid_denoising,
+    prefix_lm,
+    random_split_text,
+    reduce_concat_tokens,
+    select_random_chunk,
+    span_corruption,
+    split_tokens,
+    split_tokens_to_inputs_length,
+    split_tokens_to_targets_length,
+)
+from t5x.tasks._optional_sources import HuggingFaceDataSource, TfdsDataSource
+from t5x.tasks._preprocessors import (
+    append_eos,
+    append_eos_after_trim,
+    filter_by_string_length,
+    rekey,
+    summarize,
+    tokenize,
+    tokenize_and_append_eos,
+    translate,
+)
+from t5x.tasks._rank_classification import rank_classification, rank_classification_postprocessor
+from t5x.tasks._registry import (
+    MixtureRegistry,
+    TaskRegistry,
+    UnknownNameError,
+    get_mixture_or_task,
+    get_subtasks,
+)
+from t5x.tasks._sources import (
+    DataSource,
+    FileDataSource,
+    FunctionDataSource,
+    InMemoryDataSource,
+    JsonLinesDataSource,
+    TextLineDataSource,
+    TFExampleDataSource,
+)
+from t5x.tasks._synthetic import generate_corpus
+from t5x.tasks._task import CacheDatasetPlaceholder, Task
+from t5x.tasks._utils import map_over_dataset, stateless_shuffle
+
+register_builtin_tasks()
+
+__all__ = [
+    "Evaluator",
+    "JSONLogger",
+    "Logger",
+    "PyLoggingLogger",
+    "TensorBoardLogger",
+    "add_global_cache_dirs",
+    "get_global_cache_dirs",
+    "set_global_cache_dirs",
+    "rank_classification",
+    "rank_classification_postprocessor",
+    "BUILTIN_MIXTURES",
+    "BUILTIN_TASKS",
+    "builtin_vocabulary",
+    "exact_match",
+    "register_builtin_tasks",
+    "token_accuracy",
+    "generate_corpus",
+    "BatchIterator",
+    "CacheDatasetPlaceholder",
+    "DataSource",
+    "Feature",
+    "FileDataSource",
+    "FunctionDataSource",
+    "HuggingFaceDataSource",
+    "TfdsDataSource",
+    "InMemoryDataSource",
+    "JsonLinesDataSource",
+    "Mixture",
+    "MixtureRate",
+    "MixtureRegistry",
+    "TFExampleDataSource",
+    "Task",
+    "TaskRegistry",
+    "TextLineDataSource",
+    "UnknownNameError",
+    "append_eos",
+    "append_eos_after_trim",
+    "denoise",
+    "drop_noise_tokens",
+    "drop_nonnoise_tokens",
+    "filter_by_string_length",
+    "full_lm",
+    "get_input_iterator",
+    "get_mixture_or_task",
+    "get_subtasks",
+    "iid_denoising",
+    "iid_noise_mask",
+    "map_over_dataset",
+    "mixing_rate_num_examples",
+    "noise_span_to_unique_sentinel",
+    "nonnoise_span_to_unique_sentinel",
+    "prefix_lm",
+    "random_prefix_noise_mask",
+    "random_split_text",
+    "random_spans_helper",
+    "random_spans_noise_mask",
+    "rate_num_examples",
+    "reduce_concat_tokens",
+    "rekey",
+    "select_random_chunk",
+    "sentinel_id",
+    "span_corruption",
+    "split_tokens",
+    "split_tokens_to_inputs_length",
+    "split_tokens_to_targets_length",
+    "stateless_shuffle",
+    "summarize",
+    "tokenize",
+    "tokenize_and_append_eos",
+    "translate",
+]
