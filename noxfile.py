@@ -102,7 +102,7 @@ def install_packages(session: nox.Session, *names: str, extras: str = "test") ->
     targets = []
     for name in names:
         folder = PACKAGES_DIR / name
-        folders |= _local_requirements(folder, (extras,) if extras else ())
+        folders |= _local_requirements(folder, tuple(filter(None, extras.split(","))))
         targets.append(f"{folder}[{extras}]" if extras else str(folder))
     siblings = [str(f) for f in sorted(folders) if f.name not in names]
     session.install(*siblings, *targets)
