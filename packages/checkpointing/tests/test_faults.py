@@ -56,12 +56,12 @@ def test_sigkill_mid_save_keeps_previous_and_hides_partial(tmp_path):
     assert leftovers[0] == "checkpoint_1" and leftovers[1].startswith("checkpoint_2.tmp-"), leftovers
     assert os.listdir(tmp_path / leftovers[1]), "the partial save had written array files"
 
-    ckpt = Checkpointer(tmp_path)  # opening cleans up the partial folder
-    assert ckpt.all_steps() == [1]
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint_1"]
+    ckpt = Checkpointer(tmp_path)
+    assert ckpt.all_steps() == [1]  # the partial folder is invisible
     assert_same_tree(ckpt.restore().state, make_state(seed=1))
-    ckpt.save(2, make_state(seed=2))
+    ckpt.save(2, make_state(seed=2))  # the first save cleans up the partial folder
     ckpt.close()
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint_1", "checkpoint_2"]
     assert Checkpointer(tmp_path).all_steps() == [1, 2]
 
 

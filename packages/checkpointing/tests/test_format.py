@@ -220,8 +220,24 @@ def test_incomplete_step_folders_are_invisible(tmp_path):
     save_t5x_checkpoint(tmp_path, 1, make_state())
     (tmp_path / "checkpoint_2.tmp-123").mkdir()
     (tmp_path / "checkpoint_3").mkdir()  # no index: an interrupted copy
-    assert Checkpointer(tmp_path).all_steps() == [1]
-    assert not (tmp_path / "checkpoint_2.tmp-123").exists(), "stale temporaries are cleaned up on open"
+    checkpointer = Checkpointer(tmp_path)
+    assert checkpointer.all_steps() == [1]
+    assert (tmp_path / "checkpoint_2.tmp-123").exists(), "opening (e.g. to read) deletes nothing"
+    checkpointer.save(4, make_state())
+    checkpointer.close()
+    assert not (tmp_path / "checkpoint_2.tmp-123").exists(), "the first save cleans up stale temporaries"
+
+
+def test_a_corrupt_newest_index_names_the_newest_valid_step(tmp_path):
+    from t5x.checkpointing import CorruptIndexError
+
+    save_t5x_checkpoint(tmp_path, 1, make_state())
+    save_t5x_checkpoint(tmp_path, 2, make_state())
+    (tmp_path / "checkpoint_2" / "checkpoint").write_bytes(b"\x00not msgpack")
+    with pytest.raises(
+        CorruptIndexError, match=r"checkpoint_2/checkpoint.*newest valid checkpoint is step 1"
+    ):
+        Checkpointer(tmp_path).restore()
 
 
 def _write_orbax_layout_by_hand(item_dir, leaves):

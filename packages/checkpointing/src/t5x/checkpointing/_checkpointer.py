@@ -15,6 +15,7 @@ from typing import Any
 import jax
 
 from t5x.checkpointing import _format, _multihost, _reader, _restore
+from t5x.checkpointing._codec import CorruptIndexError
 from t5x.interfaces import JSONValue, RestoredCheckpoint
 
 _TMP_DIR = re.compile(r"^checkpoint_(\d+)\.tmp-\d+$")
@@ -94,8 +95,6 @@ class Checkpointer:
         self._saves = 0
         self._closed = False
         self._tag = hashlib.sha1(self.model_dir.encode()).hexdigest()[:12]
-        if jax.process_index() == 0:
-            self._remove_stale_temporaries()
 
     # ---- listing ---------------------------------------------------------
     def all_steps(self) -> list[int]:
@@ -137,6 +136,10 @@ class Checkpointer:
                 f"train_state must be a dict with a 'target' key, got {type(train_state).__name__}"
             )
         input_json = None if input_state is None else json.dumps(input_state)
+        if self._saves == 0 and jax.process_index() == 0:
+            # Only a writer cleans up what crashed saves left: a reader (an eval job
+            # watching the folder) must never delete a live writer's temporary folder.
+            self._remove_stale_temporaries()
         self._saves += 1
         final_dir = self.step_dir(step)
         tmp_dir = self._make_tmp_dir(step, final_dir)
@@ -218,6 +221,16 @@ class Checkpointer:
                 continue
             _remove_step_dir(step_dir)
 
+    def _newest_valid_hint(self, broken_step: int) -> str:
+        """Names the newest checkpoint older than ``broken_step`` whose index decodes."""
+        for step in reversed([s for s in self.all_steps() if s < broken_step]):
+            try:
+                _reader.read_sources(self.step_dir(step))
+            except (CorruptIndexError, OSError):
+                continue
+            return f"the newest valid checkpoint is step {step} ({self.step_dir(step)}): restore it with step={step}, or remove {self.step_dir(broken_step)}"
+        return "no older valid checkpoint exists"
+
     def _remove_stale_temporaries(self) -> None:
         try:
             names = os.listdir(self.model_dir)
@@ -290,7 +303,10 @@ class Checkpointer:
             if step is None:
                 raise FileNotFoundError(f"no complete checkpoint in {self.model_dir}")
         step_dir, _ = _reader.locate(self.model_dir, int(step))
-        sources = _reader.read_sources(step_dir)
+        try:
+            sources = _reader.read_sources(step_dir)
+        except CorruptIndexError as error:
+            raise CorruptIndexError(f"{error}; {self._newest_valid_hint(int(step))}") from None
         chosen = _restore.select(
             sources,
             step_dir,
