@@ -108,12 +108,11 @@ def _write_model_info(directory: pathlib.Path, initialized: Any) -> None:
         node[leaf] = tuple(names)
     specs = jax.tree.map(lambda sharding: tuple(sharding.spec), initialized.shardings.params)
     if jax.process_index() == 0:
-        write_model_info(
-            str(directory / "model-info.txt"),
-            initialized.state.state_dict(),
-            {"target": axes},
-            {"target": specs},
-        )
+        path = directory / "model-info.txt"
+        try:
+            write_model_info(str(path), initialized.state.state_dict(), {"target": axes}, {"target": specs})
+        except OSError as error:
+            raise OSError(error.errno, f"cannot write {path}: {error.strerror}") from None
 
 
 def _load_initial_params(trainer: Any, path: str) -> None:
