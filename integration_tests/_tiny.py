@@ -1,0 +1,146 @@
+"""Tiny model configurations and checkpoint helpers shared by the integration tests."""
+
+import contextlib
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import numpy as np
+
+# Every launch pays the interpreter start-up and a compile, so the models are as
+# small as the layers allow and runs are a handful of steps.
+ENCDEC = [
+    "--gin_file=models/demo/tiny.gin",
+    "--gin.models.T5Config.emb_dim=32",
+    "--gin.models.T5Config.num_heads=2",
+    "--gin.models.T5Config.head_dim=16",
+    "--gin.models.T5Config.mlp_dim=64",
+    "--gin.models.T5Config.num_encoder_layers=1",
+    "--gin.models.T5Config.num_decoder_layers=1",
+    "--gin.MIXTURE_OR_TASK_NAME=synthetic_copy",
+    "--gin.TASK_FEATURE_LENGTHS={'inputs': 24, 'targets': 24}",
+    "--gin.BATCH_SIZE=8",
+]
+
+_DECODER_GIN = """\
+from __gin__ import dynamic_registration
+from t5x import decoding
+from t5x import models
+from t5x import tasks
+
+VOCABULARY = @tasks.builtin_vocabulary()
+MODEL = @models.DecoderOnlyModel()
+models.DecoderOnlyModel:
+  config = @models.DecoderOnlyConfig()
+  vocabulary = %VOCABULARY
+  inputs_bidirectional_attention = {bidirectional}
+models.DecoderOnlyConfig:
+  vocab_size = 384
+  emb_dim = 32
+  num_heads = 2
+  head_dim = 16
+  num_layers = 2
+  mlp_dim = 64
+  mlp_activations = ('gelu', 'linear')
+  dropout_rate = 0.0
+"""
+
+
+def decoder_args(tmp: pathlib.Path, *, prefix_lm: bool) -> list[str]:
+    """Writes a tiny decoder-only gin file into ``tmp`` and returns its flags."""
+    name = "prefix_lm.gin" if prefix_lm else "causal.gin"
+    path = tmp / name
+    path.write_text(_DECODER_GIN.format(bidirectional=prefix_lm))
+    task = "synthetic_copy" if prefix_lm else "synthetic_corpus_lm"
+    lengths = "{'inputs': 16, 'targets': 16}" if prefix_lm else "{'targets': 32}"
+    return [
+        f"--gin_file={path}",
+        f"--gin.MIXTURE_OR_TASK_NAME={task}",
+        f"--gin.TASK_FEATURE_LENGTHS={lengths}",
+        "--gin.BATCH_SIZE=8",
+    ]
+
+
+def train_args(model_dir: pathlib.Path, steps: int, period: int) -> list[str]:
+    return [
+        "--gin_file=runs/pretrain.gin",
+        f"--gin.MODEL_DIR={model_dir}",
+        f"--gin.TRAIN_STEPS={steps}",
+        f"--gin.CHECKPOINT_PERIOD={period}",
+        "--gin.WARMUP_STEPS=2",
+    ]
+
+
+def launch_script() -> str:
+    return str(pathlib.Path(sys.executable).with_name("t5x-launch"))
+
+
+def launch_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+def run_raw(
+    args: list[str], cwd: pathlib.Path, timeout: int = 900, **popen
+) -> subprocess.CompletedProcess[str]:
+    """Runs ``t5x-launch ARGS`` and returns the result whatever its exit code."""
+    return subprocess.run(
+        [launch_script(), *args],
+        cwd=cwd,
+        env=popen.pop("env", launch_env()),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **popen,
+    )
+
+
+def flatten(tree, prefix: str = "") -> dict[str, np.ndarray]:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}/"))
+        else:
+            out[f"{prefix}{key}"] = np.asarray(value)
+    return out
+
+
+def load(step_dir: pathlib.Path) -> dict:
+    from t5x.checkpointing import load_t5x_checkpoint
+
+    return load_t5x_checkpoint(str(step_dir))
+
+
+def steps_of(model_dir: pathlib.Path) -> list[int]:
+    """Complete steps (a step folder with its index file), read without side effects.
+
+    Not ``Checkpointer(model_dir).all_steps()``: constructing a Checkpointer
+    deletes every ``checkpoint_*.tmp-*`` folder, including a live job's save.
+    """
+    if not model_dir.is_dir():
+        return []
+    steps = []
+    for path in model_dir.iterdir():
+        name = path.name
+        if (
+            name.startswith("checkpoint_")
+            and name[len("checkpoint_") :].isdigit()
+            and (path / "checkpoint").is_file()
+        ):
+            steps.append(int(name[len("checkpoint_") :]))
+    return sorted(steps)
+
+
+def read_jsonl(path: pathlib.Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def kill9(proc: subprocess.Popen) -> None:
+    """SIGKILLs the launcher and everything it started (it leads its own group)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()

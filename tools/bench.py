@@ -1,0 +1,270 @@
+"""The benchmark suite: every workload of BENCHMARKS.md against its peer, in one table.
+
+Runs the per-workload programs of `tools/` in subprocesses (each alternates ours
+and the peer's runs and reports medians), checks the machine's load before each
+measurement, and prints one table — workload, config, unit, ours, peer,
+peer_name, ratio — with the load seen before each row's measurement. `ratio` is
+always "ours is this many times faster" (ours/peer for rates, peer/ours for
+times), so > 1 means we win.
+
+Usage:
+    python tools/bench.py [--workloads=train-step,data-lm,data-span,decode,checkpoint]
+        [--peer-python hf=/work/peers/hf/bin/python] [--peer-python seqio=/work/peers/seqio/bin/python]
+        [--quick] [--json OUT]
+
+Peers run in their own interpreters (`--peer-python NAME=PYTHON`): `hf` (torch +
+transformers) for train-step, `seqio` (seqio + t5) for data-lm and data-span;
+orbax runs in our interpreter for checkpoint. Without a peer a workload reports
+ours alone. bench_decode.py has no peer driver yet, so decode reports ours only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+TOOLS = pathlib.Path(__file__).resolve().parent
+WORKLOADS = ("train-step", "data-lm", "data-span", "decode", "checkpoint")
+# Which --peer-python name each workload compares against (None: in-process or none).
+PEER_OF = {"train-step": "hf", "data-lm": "seqio", "data-span": "seqio", "decode": None, "checkpoint": None}
+BUSY_FACTOR = 1.0  # a 1-minute load above this many runnable tasks per CPU is reported as busy
+
+Row = dict  # {workload, config, unit, ours, peer, peer_name, ratio, load}
+
+
+def _row(workload: str, config: str, unit: str, ours: float, peer: float | None, peer_name: str | None,
+         higher_is_better: bool, load: tuple[float, float, float]) -> Row:  # fmt: skip
+    ratio = None
+    if peer is not None and ours and peer:
+        ratio = ours / peer if higher_is_better else peer / ours
+    return {
+        "workload": workload, "config": config, "unit": unit, "ours": ours, "peer": peer,
+        "peer_name": peer_name if peer is not None else None, "ratio": ratio, "load": list(load),
+    }  # fmt: skip
+
+
+def check_load(wait_s: float, log: Callable[[str], None]) -> tuple[float, float, float]:
+    """Returns the load average, first waiting up to ``wait_s`` for a busy machine to calm down."""
+    cpus = os.cpu_count() or 1
+    deadline = time.monotonic() + wait_s
+    load = os.getloadavg()
+    while load[0] > BUSY_FACTOR * cpus and time.monotonic() < deadline:
+        time.sleep(5)
+        load = os.getloadavg()
+    if load[0] > BUSY_FACTOR * cpus:
+        log(f"  warning: load average {load[0]:.1f} on {cpus} CPUs; figures will be noisy")
+    return load
+
+
+def _run_tool(script: str, args: list[str], log: Callable[[str], None], timeout: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="t5x-bench-") as tmp:
+        out = pathlib.Path(tmp) / "result.json"
+        command = [sys.executable, str(TOOLS / script), *args, "--json", str(out)]
+        log("  $ " + " ".join(command))
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0 or not out.exists():
+            raise RuntimeError(
+                f"{script} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+            )
+        return json.loads(out.read_text())
+
+
+def bench_train_step(peer: str | None, quick: bool, load, log, timeout) -> list[Row]:
+    args = ["--steps", "2" if quick else "5", "--warmup", "1"]
+    if quick:
+        args += ["--workloads", "dec"]
+    if peer:
+        args += ["--peer-python", peer]
+    data = _run_tool("bench_train_step.py", args, log, timeout)
+    rows = []
+    for r in data["results"]:
+        p = r.get("peer")
+        config = f"{r['workload']} float32 ({r['tokens_per_step']} tokens/step)"
+        rows.append(
+            _row(
+                "train-step", config, "tokens/s", r["tokens_per_s"], p and p["tokens_per_s"], "hf", True, load
+            )
+        )
+        rows.append(_row("train-step", config, "s/step", r["step_s"], p and p["step_s"], "hf", False, load))
+        # MFU: each against its own framework's same-process matmul peak.
+        rows.append(
+            _row(
+                "train-step",
+                config,
+                "MFU (own matmul peak)",
+                r["mfu"],
+                p and p["mfu_own_peak"],
+                "hf",
+                True,
+                load,
+            )
+        )
+        rows.append(_row("train-step", config, "compile s", r["compile_s"], None, None, False, load))
+    return rows
+
+
+def bench_data(workload: str, peer: str | None, quick: bool, load, log, timeout) -> list[Row]:
+    args = ["--workload", workload, "--repeats", "1" if quick else "3", "--batches", "20" if quick else "200"]
+    if quick:
+        args += ["--docs", "2000"]
+    if peer:
+        args += ["--peer-python", peer]
+    summary = _run_tool("bench_data_pipeline.py", args, log, timeout)["results"][workload]
+    ours, theirs = summary["ours"], summary.get("seqio")
+    config = (
+        "SentencePiece 8k, packed 512, batch 8"
+        if workload == "data-lm"
+        else "span corruption, packed 512/114, batch 8"
+    )
+    return [
+        _row(workload, config, "non-pad tokens/s", ours["tokens_per_s"], theirs and theirs["tokens_per_s"], "seqio", True, load),
+        _row(workload, config, "first-batch s", ours["first_batch_s"], theirs and theirs["first_batch_s"], "seqio", False, load),
+    ]  # fmt: skip
+
+
+def bench_decode(peer: str | None, quick: bool, load, log, timeout) -> list[Row]:
+    args = ["--repeats", "2" if quick else "5", "--decoders", "greedy"]
+    if quick:
+        args += ["--steps", "16"]
+    data = _run_tool("bench_decode.py", args, log, timeout)
+    meta = data["meta"]
+    return [
+        _row("decode", f"{r['decoder']} batch {r['batch']}, {meta['steps']} new tokens (toy KV-cache model d {meta['dim']})",
+             "generated tokens/s", r["tokens_per_s"], None, None, True, load)
+        for r in data["results"]
+    ]  # fmt: skip
+
+
+def bench_checkpoint(peer: str | None, quick: bool, load, log, timeout) -> list[Row]:
+    data = _run_tool(
+        "bench_checkpoint.py", ["--repeats", "1" if quick else "3", "--compression", "zstd"], log, timeout
+    )
+    medians, mb = data["medians"], data["bytes"] / 1e6
+    has_orbax = "orbax save" in medians
+    config = f"ENCDEC-S train state, {mb:.0f} MB, zstd"
+    rows = []
+    for kind in ("save", "restore"):
+        ours = mb / medians[f"ours[zstd] {kind}"]
+        theirs = mb / medians[f"orbax {kind}"] if has_orbax else None
+        rows.append(_row("checkpoint", config, f"{kind} MB/s", ours, theirs, "orbax", True, load))
+    rows.append(
+        _row(
+            "checkpoint",
+            config,
+            "async save: blocked s",
+            medians["ours[zstd] async blocked"],
+            None,
+            None,
+            False,
+            load,
+        )
+    )
+    return rows
+
+
+RUNNERS = {
+    "train-step": bench_train_step,
+    "data-lm": lambda peer, *a: bench_data("data-lm", peer, *a),
+    "data-span": lambda peer, *a: bench_data("data-span", peer, *a),
+    "decode": bench_decode,
+    "checkpoint": bench_checkpoint,
+}
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def format_table(rows: list[Row]) -> str:
+    header = ("workload", "config", "unit", "ours", "peer", "peer_name", "ratio", "load 1m")
+    cells = [
+        (r["workload"], r["config"], r["unit"], _fmt(r["ours"]), _fmt(r["peer"]), r["peer_name"] or "-",
+         f"{r['ratio']:.2f}x" if r["ratio"] else "-", f"{r['load'][0]:.1f}")
+        for r in rows
+    ]  # fmt: skip
+    widths = [max(len(str(c[i])) for c in [header, *cells]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(cell, widths)) for cell in cells]
+    return "\n".join(lines)
+
+
+def parse_peers(values: list[str], parser: argparse.ArgumentParser) -> dict[str, str]:
+    peers = {}
+    for value in values:
+        name, sep, python = value.partition("=")
+        if not sep or not name or not python:
+            parser.error(f"--peer-python wants NAME=PYTHON (e.g. seqio=/path/bin/python), got {value!r}")
+        if not os.access(python, os.X_OK):
+            parser.error(f"--peer-python {name}: {python!r} is not an executable interpreter")
+        peers[name] = python
+    return peers
+
+
+def _write_json(path: str, rows: list[Row], failures: dict[str, str], quick: bool) -> None:
+    payload = {"load_average": list(os.getloadavg()), "cpus": os.cpu_count(), "quick": quick, "rows": rows, "failures": failures}  # fmt: skip
+    pathlib.Path(path).write_text(json.dumps(payload, indent=1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--workloads", default=",".join(WORKLOADS), help="comma-separated subset of " + ",".join(WORKLOADS)
+    )
+    parser.add_argument("--peer-python", action="append", default=[], metavar="NAME=PYTHON")
+    parser.add_argument(
+        "--quick", action="store_true", help="few steps and repeats: checks the suite runs, figures are rough"
+    )
+    parser.add_argument(
+        "--load-wait", type=float, default=0.0, help="seconds to wait for a busy machine before each workload"
+    )
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed per workload program")
+    parser.add_argument("--json", default=None, help="write the rows here")
+    args = parser.parse_args(argv)
+    chosen = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = [w for w in chosen if w not in WORKLOADS]
+    if unknown:
+        parser.error(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
+    peers = parse_peers(args.peer_python, parser)
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    rows: list[Row] = []
+    failures: dict[str, str] = {}
+    for workload in chosen:
+        load = check_load(args.load_wait, log)
+        wanted = PEER_OF[workload]
+        log(
+            f"[{workload}] load average {tuple(round(x, 2) for x in load)}; peer: {wanted if wanted in peers else 'none'}"
+        )
+        try:
+            rows += RUNNERS[workload](
+                peers.get(wanted) if wanted else None, args.quick, load, log, args.timeout
+            )
+        except (RuntimeError, subprocess.TimeoutExpired, KeyError) as error:
+            failures[workload] = f"{type(error).__name__}: {error}"
+            log(f"[{workload}] FAILED: {failures[workload]}")
+        if args.json:  # after every workload, so an interrupted suite keeps what it measured
+            _write_json(args.json, rows, failures, args.quick)
+    final_load = os.getloadavg()
+    print(f"\nbenchmark suite{' (quick)' if args.quick else ''}; {os.cpu_count()} CPUs; "
+          f"load average now {tuple(round(x, 2) for x in final_load)}; ratio > 1: ours faster")  # fmt: skip
+    print(format_table(rows))
+    for workload, message in failures.items():
+        print(f"{workload}: FAILED ({message.splitlines()[0]})")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
