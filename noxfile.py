@@ -145,7 +145,7 @@ def layers(session: nox.Session) -> None:
     """import-linter (DESIGN §2 layering) and deptry (declared dependencies) per package."""
     install_packages(session, *PACKAGES)
     session.install("import-linter>=2.0", "deptry>=0.20")
-    session.run("lint-imports", "--config", str(ROOT / "pyproject.toml"))
+    session.run("lint-imports", str(ROOT / "pyproject.toml"))
     for name in PACKAGES:
         session.run(
             "deptry",
@@ -193,11 +193,7 @@ def beam(session: nox.Session) -> None:
     Beam pins numpy and protobuf below what the other packages use, so it never
     shares an environment with them.
     """
-    session.install(
-        str(PACKAGES_DIR / "interfaces"),
-        str(PACKAGES_DIR / "vocabularies"),
-        f"{PACKAGES_DIR / 'tasks'}[beam,test]",
-    )
+    install_packages(session, "tasks", extras="beam,test")
     session.run(
         "pytest",
         str(PACKAGES_DIR / "tasks" / "tests" / "test_beam_cache.py"),

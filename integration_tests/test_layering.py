@@ -37,7 +37,7 @@ def _copy_tree(tmp_path: pathlib.Path) -> pathlib.Path:
 def _lint(tmp_path: pathlib.Path) -> subprocess.CompletedProcess[str]:
     lint_imports = pathlib.Path(sys.executable).with_name("lint-imports")
     return subprocess.run(
-        [str(lint_imports), "--config", str(tmp_path / "layers.toml"), "--no-cache"],
+        [str(lint_imports), str(tmp_path / "layers.toml"), "--no-cache"],
         cwd=tmp_path,
         env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
         capture_output=True,

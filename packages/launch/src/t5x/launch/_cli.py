@@ -126,7 +126,7 @@ def _cmd_model_info(args: argparse.Namespace, bindings: list[str]) -> int:
 
     parse_gin(_gin_args(args, bindings))
     check_required_macros()
-    model = macro_value("MODEL")
+    model: Any = macro_value("MODEL")
     if model is gin.REQUIRED:
         raise GinConfigError(
             "the macro MODEL is not set: pass a model gin file, e.g. --gin_file=models/t5_1_1/small.gin"

@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import importlib
 import importlib.util  # gin's resource reader uses it without importing it
+import inspect
 import logging
 import pathlib
 import re
@@ -128,7 +129,7 @@ def _explain(error: Exception) -> str:
         hint = f"Closest names in {match.group(2)}: {', '.join(close)}." if close else ""
     elif match := _UNKNOWN_PARAMETER.search(message):
         configurable = gin.config._REGISTRY.get_match(match.group(1))
-        params = list(getattr(configurable, "wrapped", None).__code__.co_varnames) if configurable else []
+        params = list(inspect.signature(configurable.wrapped).parameters) if configurable is not None else []
         close = _closest(match.group(2), params)
         hint = f"Closest parameters: {', '.join(close)}." if close else ""
     elif match := _MISSING_MACRO.search(message):

@@ -341,7 +341,7 @@ def evaluate(
     if path.name.startswith("checkpoint_") or steps == "latest":
         wanted: list[int | None] = [None]
     elif steps == "all":
-        wanted = sorted(
+        wanted = sorted(  # type: ignore[assignment]  # list[int] is a fine list[int | None]
             int(p.name.split("_")[1]) for p in path.glob("checkpoint_*") if p.name.split("_")[1].isdigit()
         )
         if not wanted:

@@ -7,7 +7,7 @@ sentinel ids, so one small model can train on every one of them.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -119,7 +119,7 @@ def register_builtin_tasks() -> None:
         )
     corpus = FunctionDataSource(_corpus_dataset, splits=tuple(CORPUS_SIZES), num_input_examples=CORPUS_SIZES)
     to_targets = functools.partial(rekey, key_map={"inputs": None, "targets": "text"})
-    objectives = {
+    objectives: dict[str, tuple[bool, list[Callable[..., Any]]]] = {
         "synthetic_corpus_span_corruption": (
             True,
             [to_targets, tokenize, span_corruption, append_eos_after_trim],

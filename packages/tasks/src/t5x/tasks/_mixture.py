@@ -12,7 +12,8 @@ from t5x.interfaces import ShardInfo
 from t5x.tasks._feature import Feature
 from t5x.tasks._task import Task, check_name
 
-MixtureRate = float | Callable[[Task], float]
+# A callable rate receives the entry: a Task, or a nested Mixture.
+MixtureRate = float | Callable[[Any], float]
 
 
 def mixing_rate_num_examples(
@@ -84,7 +85,7 @@ class Mixture:
                 item = resolve(item)
             if not isinstance(item, (Task, Mixture)):
                 raise TypeError(f"Mixture {name!r}: expected a Task, Mixture or name, got {item!r}")
-            if not (callable(rate) or (isinstance(rate, numbers.Real) and rate >= 0)):
+            if not (callable(rate) or (isinstance(rate, numbers.Real) and float(rate) >= 0)):
                 raise ValueError(
                     f"Mixture {name!r}: the rate of {item.name!r} must be >= 0 or callable, got {rate!r}"
                 )

@@ -157,8 +157,9 @@ def append_eos_after_trim(
             feature = output_features.get(key)
             if feature is None or not feature.add_eos:
                 continue
-            if sequence_length is not None and sequence_length.get(key) is not None:
-                value = value[..., : sequence_length[key] - 1]
+            limit = sequence_length.get(key) if sequence_length is not None else None
+            if limit is not None:
+                value = value[..., : limit - 1]
             out[key] = _append_eos_to_last_axis(value, _eos_id(key, feature))
         return out
 
