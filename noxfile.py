@@ -240,6 +240,35 @@ def seqio_compat(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, default=False)
+def hf_interop(session: nox.Session) -> None:
+    """Optional: converts tiny `transformers` T5 models both ways and matches their logits.
+
+    PyTorch and `transformers` live in their own environment (a CPU build of torch;
+    set T5X_HF_PYTHON to reuse one), driven from the tests through a subprocess.
+    """
+    peer_python = os.environ.get("T5X_HF_PYTHON")
+    if not peer_python:
+        peer = ROOT / ".nox" / "hf-peer"
+        peer_python = str(peer / "bin" / "python")
+        if not pathlib.Path(peer_python).exists():
+            session.run(sys.executable, "-m", "venv", str(peer), external=True)
+        session.run(
+            peer_python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "torch==2.13.0",
+            "transformers",
+            "safetensors",
+            external=True,
+        )
+    install_packages(session, "models")
+    test = PACKAGES_DIR / "models" / "tests" / "test_hf_interop.py"
+    session.run("pytest", str(test), "-p", "no:cacheprovider", env={"T5X_HF_PYTHON": peer_python})
+
+
+@nox.session(python=PYTHON, default=False)
 def bench(session: nox.Session) -> None:
     """Benchmarks (not run by CI): every tools/bench_*.py, arguments passed through."""
     install_packages(session, *PACKAGES, extras="")

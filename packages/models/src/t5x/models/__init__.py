@@ -3,6 +3,7 @@
 from t5x.models._attention import MultiHeadDotProductAttention, dot_product_attention
 from t5x.models._config import DecoderOnlyConfig, T5Config
 from t5x.models._flops import decoder_only_flops_per_token, encoder_decoder_flops_per_token
+from t5x.models._hf_names import hf_to_t5x_params, t5x_to_hf_state
 from t5x.models._layers import (
     DenseGeneral,
     Embed,
@@ -30,6 +31,8 @@ from t5x.models._scan import scan_params, unscan_params
 from t5x.models._transformer import DecoderOnlyTransformer, EncoderDecoderTransformer
 
 __all__ = [
+    "hf_to_t5x_params",
+    "t5x_to_hf_state",
     "PRESETS",
     "Decoder",
     "DecoderLayer",
