@@ -10,7 +10,17 @@ import pytest
 from t5x.launch import split_gin_flags, tpu_commands
 from t5x.launch._cli import build_parser, main
 
-SUBCOMMANDS = ("train", "eval", "infer", "model-info", "inspect-task", "convert", "local", "tpu")
+SUBCOMMANDS = (
+    "train",
+    "eval",
+    "infer",
+    "model-info",
+    "inspect-task",
+    "cache-tasks",
+    "convert",
+    "local",
+    "tpu",
+)
 
 
 def test_help_lists_every_subcommand(capsys):
@@ -119,3 +129,11 @@ def test_local_rejects_bad_arguments():
         run_local(["train"], 0)
     with pytest.raises(ValueError, match="no job given"):
         run_local([], 2)
+
+
+def test_cache_tasks_delegates_to_the_tasks_cache_command(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["cache-tasks", "--", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "--module_import" in out and "--output_cache_dir" in out

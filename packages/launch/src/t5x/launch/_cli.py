@@ -118,6 +118,12 @@ def _cmd_inspect_task(args: argparse.Namespace, _: list[str]) -> int:
     return tasks_main(["inspect", args.task, "--split", args.split, "--n", str(args.n)])
 
 
+def _cmd_cache_tasks(args: argparse.Namespace, _: list[str]) -> int:
+    from t5x.tasks._cache_cli import main as cache_main
+
+    return cache_main(args.cache_args)
+
+
 def _cmd_model_info(args: argparse.Namespace, bindings: list[str]) -> int:
     import gin
     import jax
@@ -201,6 +207,16 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--split", default="train")
     inspect.add_argument("--n", type=int, default=3, help="number of examples")
 
+    cache = command(
+        "cache-tasks",
+        _cmd_cache_tasks,
+        "cache tasks offline with Apache Beam (t5x-tasks cache; needs t5x-tasks[beam])",
+        gin_flags=False,
+    )
+    cache.add_argument(
+        "cache_args", nargs=argparse.REMAINDER, help="-- then t5x-tasks cache flags and Beam options"
+    )
+
     convert = command("convert", _cmd_convert, "convert a T5X checkpoint (layout, dtype)", gin_flags=False)
     convert.add_argument(
         "--from",
@@ -241,12 +257,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs ``t5x-launch``; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    launcher = bool(argv) and argv[0] in ("local", "tpu")
+    launcher = bool(argv) and argv[0] in ("local", "tpu", "cache-tasks")
     rest, bindings = (argv, []) if launcher else split_gin_flags(argv)
     parser = build_parser()
     args = parser.parse_args(rest)
-    if getattr(args, "job", None) and args.job[0] == "--":
-        args.job = args.job[1:]
+    for name in ("job", "cache_args"):
+        rest_args = getattr(args, name, None)
+        if rest_args and rest_args[0] == "--":
+            setattr(args, name, rest_args[1:])
     try:
         return args.handler(args, bindings)
     except GinConfigError as error:
