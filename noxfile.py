@@ -164,9 +164,14 @@ def _deptry_namespace_args(name: str) -> list[str]:
     is import-linter's job); one without siblings treats `t5x` as its own.
     """
     siblings = [dist for dist in FOLDERS if _declares(name, dist)]
+    # Helper modules next to the tests (imported by name) are the package's own.
+    first_party = sorted(path.stem for path in (PACKAGES_DIR / name / "tests").glob("*.py"))
+    if not siblings:
+        first_party.append("t5x")
+    args = [arg for module in first_party for arg in ("--known-first-party", module)]
     if siblings:
-        return ["--package-module-name-map", ",".join(f"{dist}=t5x" for dist in siblings)]
-    return ["--known-first-party", "t5x"]
+        args += ["--package-module-name-map", ",".join(f"{dist}=t5x" for dist in siblings)]
+    return args
 
 
 def _declares(name: str, dist: str) -> bool:
