@@ -31,7 +31,27 @@ class _Writer:
             raise RuntimeError(f"{type(self).__name__} is closed")
 
 
-class TensorBoardWriter(_Writer):
+class _FileWriter(_Writer):
+    """A writer with one open file (None on processes that do not write)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._file: Any = None
+
+    def flush(self) -> None:
+        self._check_open()
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if not self._closed and self._file is not None:
+            self.flush()
+            self._file.close()
+        self._closed = True
+
+
+class TensorBoardWriter(_FileWriter):
     """Writes TensorBoard event files (scalars, text, hparams as text) without TensorFlow.
 
     Args:
@@ -42,7 +62,6 @@ class TensorBoardWriter(_Writer):
     def __init__(self, logdir: str, is_primary: bool | None = None):
         super().__init__()
         self.logdir = logdir
-        self._file = None
         if _is_primary(is_primary):
             os.makedirs(logdir, exist_ok=True)
             name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.v2"
@@ -66,20 +85,8 @@ class TensorBoardWriter(_Writer):
     def write_hparams(self, hparams: Mapping[str, Any]) -> None:
         self.write_texts(0, {"hparams": json.dumps(dict(hparams), sort_keys=True, default=str)})
 
-    def flush(self) -> None:
-        self._check_open()
-        if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
 
-    def close(self) -> None:
-        if not self._closed and self._file is not None:
-            self.flush()
-            self._file.close()
-        self._closed = True
-
-
-class JsonlWriter(_Writer):
+class JsonlWriter(_FileWriter):
     """Appends one JSON object per call to a ``.jsonl`` file.
 
     Lines: ``{"step": 10, "loss": 2.5, ...}`` for scalars, ``{"step": 10,
@@ -93,7 +100,6 @@ class JsonlWriter(_Writer):
     def __init__(self, path: str, is_primary: bool | None = None):
         super().__init__()
         self.path = path
-        self._file = None
         if _is_primary(is_primary):
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115
@@ -111,18 +117,6 @@ class JsonlWriter(_Writer):
 
     def write_hparams(self, hparams: Mapping[str, Any]) -> None:
         self._line({"hparams": dict(hparams)})
-
-    def flush(self) -> None:
-        self._check_open()
-        if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-
-    def close(self) -> None:
-        if not self._closed and self._file is not None:
-            self.flush()
-            self._file.close()
-        self._closed = True
 
 
 def _compact(value: float) -> str:
