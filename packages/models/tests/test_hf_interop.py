@@ -322,3 +322,24 @@ def test_t5x_born_model_loads_in_transformers(overrides, tmp_path):
         python, str(script), "load", str(tmp_path / "m"), str(tmp_path / "batch.npz"), str(tmp_path / "b.npy")
     )
     np.testing.assert_allclose(np.load(tmp_path / "b.npy"), ours, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize(("version", "tied"), [("5.24.0", False), ("4.46.3", True)])
+def test_mt5_head_scaling_follows_the_transformers_version_that_saved_it(version, tied):
+    # transformers 5's mT5 always ties lm_head to the embedding and never scales the
+    # decoder output; transformers 4 scaled (and tied) when tie_word_embeddings was true.
+    config = _tiny_config(mlp_activations=("gelu", "linear"), logits_via_embedding=True)
+    _, params = _init(config)
+    state, hf_config = t5x_to_hf_state(params, config)
+    del state["lm_head.weight"]
+    hf_config = {
+        **hf_config,
+        "model_type": "mt5",
+        "transformers_version": version,
+        "tie_word_embeddings": True,
+    }
+    del hf_config["scale_decoder_outputs"]
+    back, back_config = hf_to_t5x_params(state, hf_config)
+    assert back_config.logits_via_embedding == tied
+    if not tied:
+        np.testing.assert_array_equal(back["decoder"]["logits_dense"]["kernel"], state["shared.weight"].T)

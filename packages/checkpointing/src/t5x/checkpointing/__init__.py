@@ -3,13 +3,25 @@
 from t5x.checkpointing._api import load_t5x_checkpoint, save_t5x_checkpoint
 from t5x.checkpointing._checkpointer import Checkpointer, pin_checkpoint, unpin_checkpoint
 from t5x.checkpointing._codec import CorruptIndexError
-from t5x.checkpointing._huggingface import read_hf_folder, write_hf_folder
+from t5x.checkpointing._huggingface import (
+    HfTokenizerInfo,
+    read_hf_folder,
+    read_hf_tokenizer_info,
+    write_hf_folder,
+    write_hf_tokenizer,
+)
 from t5x.checkpointing._layouts import model_info, scan_layers, unscan_layers, write_model_info
+from t5x.checkpointing._mtf import mtf_checkpoint_prefix, read_mtf_checkpoint
 from t5x.checkpointing._reader import LazyArray
 from t5x.checkpointing._specs import UnsafeSpecError
 
 __all__ = [
+    "HfTokenizerInfo",
     "read_hf_folder",
+    "read_hf_tokenizer_info",
+    "write_hf_tokenizer",
+    "read_mtf_checkpoint",
+    "mtf_checkpoint_prefix",
     "write_hf_folder",
     "Checkpointer",
     "CorruptIndexError",

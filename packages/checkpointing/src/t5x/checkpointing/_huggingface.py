@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 from collections.abc import Mapping
 from typing import Any
 
@@ -83,6 +85,8 @@ def read_hf_folder(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray],
         (pickled ``pytorch_model.bin`` files are refused on purpose).
     """
     path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{path}: no such Hugging Face model folder")
     config_path = os.path.join(path, _CONFIG)
     if not os.path.isfile(config_path):
         raise FileNotFoundError(f"{path}: no {_CONFIG} in the Hugging Face folder")
@@ -102,8 +106,11 @@ def read_hf_folder(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray],
         if missing:
             raise KeyError(f"{index} lists tensors no shard holds: {missing[:5]}")
         return state, config
+    pickles = sorted(n for n in os.listdir(path) if n.endswith((".bin", ".pt", ".pth", ".ckpt")))
+    found = f"found only {pickles}, " if pickles else ""
     raise FileNotFoundError(
-        f"{path}: expected {_WEIGHTS} or {_INDEX}; pickled PyTorch weights are not read (convert them to safetensors)"
+        f"{path}: expected {_WEIGHTS} or {_INDEX}; {found}pickled PyTorch weights are never read because "
+        "loading them can run code (re-save with transformers' save_pretrained(..., safe_serialization=True))"
     )
 
 
@@ -132,3 +139,108 @@ def write_hf_folder(
     st_numpy.save_file(tensors, os.path.join(path, _WEIGHTS), metadata={"format": "pt"})
     with open(os.path.join(path, _CONFIG), "w", encoding="utf-8") as f:
         json.dump(dict(config), f, indent=2, sort_keys=True)
+
+
+_TOKENIZER_CONFIG = "tokenizer_config.json"
+_SPECIAL_TOKENS = "special_tokens_map.json"
+_SPIECE = "spiece.model"
+# ByT5Tokenizer's default sentinel count (259 byte ids + 125 = 384 rows).
+_BYT5_DEFAULT_EXTRA_IDS = 125
+
+
+@dataclasses.dataclass(frozen=True)
+class HfTokenizerInfo:
+    """The tokenizer a Hugging Face T5-family folder carries.
+
+    Attributes:
+      kind: ``"sentencepiece"`` (T5Tokenizer with ``spiece.model``), ``"byte"``
+        (ByT5Tokenizer) or ``"none"`` (no tokenizer files).
+      sentencepiece_model: path of ``spiece.model`` (``kind == "sentencepiece"``).
+      extra_ids: sentinel count (``<extra_id_0>`` is the highest id).
+    """
+
+    kind: str
+    sentencepiece_model: str | None = None
+    extra_ids: int = 0
+
+
+def read_hf_tokenizer_info(path: str | os.PathLike[str]) -> HfTokenizerInfo:
+    """Says which tokenizer a ``transformers`` folder holds (no tokenizer library needed).
+
+    Args:
+      path: the model folder.
+
+    Returns:
+      The tokenizer's kind, SentencePiece file and sentinel count. A folder
+      without tokenizer files reads as ``kind="none"``.
+    """
+    path = os.fspath(path)
+    config: dict[str, Any] = {}
+    config_path = os.path.join(path, _TOKENIZER_CONFIG)
+    if os.path.isfile(config_path):
+        with open(config_path, encoding="utf-8") as f:
+            config = json.load(f)
+    tokenizer_class = str(config.get("tokenizer_class", ""))
+    if tokenizer_class.startswith("ByT5"):
+        return HfTokenizerInfo("byte", extra_ids=int(config.get("extra_ids", _BYT5_DEFAULT_EXTRA_IDS)))
+    spiece = os.path.join(path, _SPIECE)
+    if os.path.isfile(spiece):
+        # T5Tokenizer's default: 100 sentinels.
+        return HfTokenizerInfo("sentencepiece", spiece, int(config.get("extra_ids", 100)))
+    return HfTokenizerInfo("none")
+
+
+def write_hf_tokenizer(
+    path: str | os.PathLike[str],
+    *,
+    sentencepiece_model: str | os.PathLike[str] | None = None,
+    extra_ids: int = 0,
+    model_max_length: int = 512,
+) -> list[str]:
+    """Writes the tokenizer files ``transformers.AutoTokenizer`` loads for a T5-family model.
+
+    With ``sentencepiece_model`` a T5Tokenizer (``spiece.model`` copied, ``legacy``
+    handling so that plain text encodes exactly as the SentencePiece model
+    does); without it a ByT5Tokenizer (UTF-8 bytes shifted by 3).
+
+    Args:
+      path: the model folder (created if needed).
+      sentencepiece_model: the ``.model`` file, or None for ByT5.
+      extra_ids: sentinel count (``<extra_id_0>`` is the highest id).
+      model_max_length: the tokenizer's nominal maximum length.
+
+    Returns:
+      The names of the files written.
+
+    Raises:
+      FileNotFoundError: the SentencePiece file does not exist.
+      ValueError: ``extra_ids`` is negative.
+    """
+    if extra_ids < 0:
+        raise ValueError(f"extra_ids must be >= 0, got {extra_ids}")
+    path = os.fspath(path)
+    os.makedirs(path, exist_ok=True)
+    sentinels = [f"<extra_id_{i}>" for i in range(extra_ids)]
+    special = {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
+    written = []
+    if sentencepiece_model is not None:
+        source = os.fspath(sentencepiece_model)
+        if not os.path.isfile(source):
+            raise FileNotFoundError(f"{source}: no such SentencePiece model file")
+        destination = os.path.join(path, _SPIECE)
+        if os.path.abspath(source) != os.path.abspath(destination):
+            shutil.copyfile(source, destination)
+        written.append(_SPIECE)
+        config: dict[str, Any] = {"tokenizer_class": "T5Tokenizer", "legacy": True}
+    else:
+        config = {"tokenizer_class": "ByT5Tokenizer"}
+    config.update(special, extra_ids=extra_ids, additional_special_tokens=sentinels)
+    config["model_max_length"] = model_max_length
+    for name, content in (
+        (_TOKENIZER_CONFIG, config),
+        (_SPECIAL_TOKENS, {**special, "additional_special_tokens": sentinels}),
+    ):
+        with open(os.path.join(path, name), "w", encoding="utf-8") as f:
+            json.dump(content, f, indent=2)
+        written.append(name)
+    return written

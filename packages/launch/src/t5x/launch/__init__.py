@@ -8,11 +8,20 @@ so the libraries stay free of gin; the jobs here take the built objects.
 
 from t5x.launch._configs import CheckpointConfig, DatasetConfig
 from t5x.launch._gin_config import GinArgs, GinConfigError, parse_gin, split_gin_flags
-from t5x.launch._jobs import JobResult, evaluate, infer, train
+from t5x.launch._jobs import JobResult, evaluate, infer, load_initial_params, train
+from t5x.launch._lm_eval_registration import LM_EVAL_MODEL_NAME, register_lm_eval_model
 from t5x.launch._local import run_local
+from t5x.launch._study import StudyResult, StudyRun, grid_config, run_study
 from t5x.launch._tpu import run_tpu, tpu_commands
+from t5x.launch._zero_shot import ZeroShotReport, evaluate_zero_shot, load_checkpoint_params, model_from_gin
 
 __all__ = [
+    "LM_EVAL_MODEL_NAME",
+    "ZeroShotReport",
+    "evaluate_zero_shot",
+    "load_checkpoint_params",
+    "model_from_gin",
+    "register_lm_eval_model",
     "CheckpointConfig",
     "DatasetConfig",
     "GinArgs",
@@ -22,8 +31,25 @@ __all__ = [
     "infer",
     "parse_gin",
     "run_local",
+    "StudyResult",
+    "StudyRun",
+    "grid_config",
+    "load_initial_params",
+    "run_study",
     "run_tpu",
     "split_gin_flags",
     "tpu_commands",
     "train",
 ]
+
+# lm-evaluation-harness finds this package's model as "t5x" (only when lm-eval is installed).
+register_lm_eval_model()
+
+
+def __getattr__(name: str) -> object:
+    # T5xLM subclasses lm-eval's LM, whose import takes seconds: load it on first use.
+    if name == "T5xLM":
+        from t5x.launch._lm_eval import T5xLM
+
+        return T5xLM
+    raise AttributeError(f"module 't5x.launch' has no attribute {name!r}")

@@ -145,17 +145,37 @@ def _cmd_model_info(args: argparse.Namespace, bindings: list[str]) -> int:
     return 0
 
 
-def _cmd_convert(args: argparse.Namespace, _: list[str]) -> int:
-    from t5x.checkpointing import load_t5x_checkpoint, save_t5x_checkpoint, scan_layers, unscan_layers
+def _cmd_convert(args: argparse.Namespace, bindings: list[str]) -> int:
+    from t5x.launch._convert import ConvertError, ConvertOptions, convert, parse_endpoint
 
-    state = load_t5x_checkpoint(args.source, restore_dtype=args.dtype)
-    if args.layout == "scanned":
-        state = dict(state, target=scan_layers(state["target"]))
-    elif args.layout == "unscanned":
-        state = dict(state, target=unscan_layers(state["target"]))
-    step = int(state["state"]["step"])
-    path = save_t5x_checkpoint(args.target, step, state)
-    print(f"[t5x-launch] wrote {path}")
+    try:
+        source = parse_endpoint(args.source, "--from")
+        target = parse_endpoint(args.target, "--to")
+        options = ConvertOptions(
+            layout=args.layout,
+            dtype=args.dtype,
+            vocabulary=args.vocabulary,
+            extra_ids=args.extra_ids,
+            gin_files=tuple(args.gin_file),
+            gin_bindings=(*args.gin_bindings, *bindings),
+            verify=args.verify,
+            tolerance=args.tolerance,
+        )
+        converted, written = convert(source, target, options)
+    except (ConvertError, FileNotFoundError, ImportError, KeyError, RuntimeError, ValueError) as error:
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        print(f"t5x-launch convert: error: {message}", file=sys.stderr)
+        return 2
+    for note in converted.notes:
+        print(f"[t5x-launch] note: {note}")
+    for path in written:
+        print(f"[t5x-launch] wrote {path}")
+    if converted.max_logit_difference is not None:
+        diff = converted.max_logit_difference
+        verdict = "ok" if diff <= args.tolerance else f"FAILED (tolerance {args.tolerance:g})"
+        print(f"[t5x-launch] verify: largest absolute logit difference {diff:.3g}: {verdict}")
+        if diff > args.tolerance:
+            return 1
     return 0
 
 
@@ -171,6 +191,97 @@ def _cmd_tpu(args: argparse.Namespace, _: list[str]) -> int:
     return run_tpu(
         args.job, tpu=args.tpu, zone=args.zone, project=args.project, source=args.source, dry_run=args.dry_run
     )
+
+
+def _cmd_arch_objective_study(args: argparse.Namespace, bindings: list[str]) -> int:
+    from t5x.launch._study import run_study
+
+    model_dir = args.model_dir or str(
+        pathlib.Path.cwd() / f"t5x-study-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    )
+    result = run_study(
+        model_dir,
+        steps=args.steps,
+        architectures=args.architectures.split(","),
+        objectives=args.objectives.split(","),
+        zero_shot=not args.no_zero_shot,
+        zero_shot_tasks=args.zero_shot_tasks.split(",") if args.zero_shot_tasks else None,
+        plot=not args.no_plot,
+        bindings=bindings,
+        log=lambda line: print(line, flush=True),
+    )
+    print(result.format_table())
+    if result.plot_path:
+        print(f"[t5x-launch] loss curves: {result.plot_path}")
+    print(f"[t5x-launch] study folder: {model_dir}", flush=True)
+    return 0
+
+
+def _model_and_params(args: argparse.Namespace, bindings: list[str]) -> tuple[Any, Any]:
+    """The gin-configured MODEL (or the one in the run's config.gin) and its checkpoint's parameters."""
+    from t5x.launch._zero_shot import load_checkpoint_params, model_from_gin
+
+    files = list(args.gin_file)
+    if not files:
+        checkpoint = pathlib.Path(args.checkpoint)
+        candidates = [checkpoint / "config.gin", checkpoint.parent / "config.gin"]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            raise GinConfigError(
+                f"no --gin_file given and no config.gin in {checkpoint} or its parent: pass the model's "
+                "gin file, e.g. --gin_file=models/demo/tiny.gin"
+            )
+        files = [str(found)]
+    paths = [p for entry in args.gin_search_paths for p in entry.split(",") if p]
+    model = model_from_gin(files, [*args.gin_bindings, *bindings], paths)
+    return model, load_checkpoint_params(model, args.checkpoint, step=args.step)
+
+
+def _cmd_zero_shot(args: argparse.Namespace, bindings: list[str]) -> int:
+    import json
+
+    from t5x.launch._zero_shot import evaluate_zero_shot
+
+    model, params = _model_and_params(args, bindings)
+    tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
+    report = evaluate_zero_shot(
+        model, params, tasks, batch_size=args.batch_size, split=args.split, num_examples=args.num_examples
+    )
+    print(report.format_table(), flush=True)
+    if args.json:
+        payload = {"per_prompt": report.per_prompt, "median": report.median, "medians": report.medians}
+        pathlib.Path(args.json).write_text(json.dumps(payload, indent=2) + "\n")
+    return 0
+
+
+def _cmd_lm_eval(args: argparse.Namespace, bindings: list[str]) -> int:
+    import importlib.util
+    import json
+
+    if importlib.util.find_spec("lm_eval") is None:
+        print(
+            "t5x-launch lm-eval: lm-eval is not installed; pip install 't5x-launch[lm-eval]'", file=sys.stderr
+        )
+        return 2
+    from t5x.launch._lm_eval import T5xLM, run_lm_eval
+
+    model, params = _model_and_params(args, bindings)
+    lm = T5xLM(model, params, batch_size=args.batch_size, max_length=args.max_length)
+    results = run_lm_eval(
+        lm,
+        [t for t in args.tasks.split(",") if t],
+        include_path=args.include_path,
+        num_fewshot=args.num_fewshot,
+        limit=args.limit,
+    )
+    from lm_eval.utils import make_table
+
+    print(make_table(results), flush=True)
+    if args.output_path:
+        pathlib.Path(args.output_path).write_text(
+            json.dumps(results["results"], indent=2, default=str) + "\n"
+        )
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -217,18 +328,46 @@ def build_parser() -> argparse.ArgumentParser:
         "cache_args", nargs=argparse.REMAINDER, help="-- then t5x-tasks cache flags and Beam options"
     )
 
-    convert = command("convert", _cmd_convert, "convert a T5X checkpoint (layout, dtype)", gin_flags=False)
+    convert = command(
+        "convert",
+        _cmd_convert,
+        "convert checkpoints: T5X (layout, dtype), Hugging Face T5-family folders, Mesh TensorFlow",
+    )
     convert.add_argument(
         "--from",
         dest="source",
         required=True,
-        help="a checkpoint_<step> folder or a model folder (latest step)",
+        help="FORMAT:PATH with FORMAT hf, t5x or mtf (a bare path is t5x: a checkpoint_<step> or model folder)",
     )
     convert.add_argument(
-        "--to", dest="target", required=True, help="the model folder to write checkpoint_<step> into"
+        "--to",
+        dest="target",
+        required=True,
+        help="FORMAT:PATH with FORMAT hf (a folder) or t5x (the model folder to write checkpoint_<step> and model.gin into)",
     )
     convert.add_argument("--layout", choices=("scanned", "unscanned", "same"), default="same")
     convert.add_argument("--dtype", choices=("float32", "bfloat16"), default=None)
+    convert.add_argument(
+        "--vocabulary",
+        default=None,
+        help="a SentencePiece .model for the target (default: the source's: spiece.model of a Hugging Face "
+        "folder, or the vocabulary of the model gin file)",
+    )
+    convert.add_argument(
+        "--extra_ids",
+        type=int,
+        default=None,
+        help="sentinel count of the vocabulary (default: the source's, or 100)",
+    )
+    convert.add_argument(
+        "--verify", action="store_true", help="run both sides on a random batch and compare their logits"
+    )
+    convert.add_argument(
+        "--tolerance",
+        type=float,
+        default=1e-3,
+        help="largest logit difference --verify accepts (exit code 1 above)",
+    )
 
     local = command(
         "local", _cmd_local, "run a job as N processes on this machine under jax.distributed", gin_flags=False
@@ -251,6 +390,55 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tpu.add_argument("--dry_run", action="store_true", help="print the commands instead of running them")
     tpu.add_argument("job", nargs=argparse.REMAINDER, help="-- then the job, e.g. -- train --gin_file=...")
+    study = command(
+        "arch-objective-study",
+        _cmd_arch_objective_study,
+        "pretrain the 3 architectures x 3 objectives at CPU size, zero-shot evaluate, table and loss plot",
+        gin_flags=False,
+    )
+    study.add_argument("--model_dir", default=None, help="study folder (default: ./t5x-study-<time>)")
+    study.add_argument("--steps", type=int, default=100, help="training steps per combination")
+    study.add_argument(
+        "--architectures", default="causal_decoder,non_causal_decoder,encoder_decoder", help="comma-separated"
+    )
+    study.add_argument("--objectives", default="full_lm,prefix_lm,span_corruption", help="comma-separated")
+    study.add_argument("--zero_shot_tasks", default=None, help="comma-separated (default: built-in prompts)")
+    study.add_argument("--no_zero_shot", action="store_true", help="skip zero-shot evaluation")
+    study.add_argument("--no_plot", action="store_true", help="skip the PNG (no matplotlib needed)")
+
+    zero_shot = command(
+        "zero-shot",
+        _cmd_zero_shot,
+        "zero-shot rank classification on prompted multiple-choice tasks: accuracy per prompt and median",
+    )
+    zero_shot.add_argument(
+        "--checkpoint", required=True, help="a model folder (latest step) or a checkpoint_<step> folder"
+    )
+    zero_shot.add_argument("--step", type=int, default=None, help="the step to load from a model folder")
+    zero_shot.add_argument(
+        "--tasks", default=None, help="comma-separated tasks or mixtures (default: the builtin_mc_* tasks)"
+    )
+    zero_shot.add_argument("--split", default="validation")
+    zero_shot.add_argument("--num_examples", type=int, default=None, help="examples per task (default: all)")
+    zero_shot.add_argument("--batch_size", type=int, default=8, help="rows per scoring call")
+    zero_shot.add_argument("--json", default=None, help="also write the report as JSON to this file")
+
+    lm_eval = command(
+        "lm-eval", _cmd_lm_eval, "run lm-evaluation-harness tasks on a checkpoint (needs t5x-launch[lm-eval])"
+    )
+    lm_eval.add_argument(
+        "--checkpoint", required=True, help="a model folder (latest step) or a checkpoint_<step> folder"
+    )
+    lm_eval.add_argument("--step", type=int, default=None, help="the step to load from a model folder")
+    lm_eval.add_argument("--tasks", required=True, help="comma-separated lm-eval task or group names")
+    lm_eval.add_argument(
+        "--include_path", action="append", default=[], help="a folder of extra task YAML files (repeatable)"
+    )
+    lm_eval.add_argument("--num_fewshot", type=int, default=None)
+    lm_eval.add_argument("--limit", type=float, default=None, help="examples per task (a fraction if < 1)")
+    lm_eval.add_argument("--batch_size", type=int, default=8)
+    lm_eval.add_argument("--max_length", type=int, default=None, help="most tokens per scored row")
+    lm_eval.add_argument("--output_path", default=None, help="write the results as JSON to this file")
     return parser
 
 

@@ -44,7 +44,11 @@ class CheckpointConfig:
       keep_every: also keep every step divisible by this.
       initial_checkpoint_path: a checkpoint (step folder or model folder) whose
         parameters start a new run with a fresh optimizer, when the model
-        folder has no checkpoint yet (fine-tuning).
+        folder has no checkpoint yet (fine-tuning, adaptation).
+      keep_initial_step: the new run counts steps on from the initial
+        checkpoint's step (upstream fine-tuning's behaviour: the learning-rate
+        schedule continues, and ``total_steps`` is absolute, i.e. the
+        checkpoint's step plus the steps to run); False starts at step 0.
       dtype: the dtype parameters are saved in (None: as they are).
     """
 
@@ -52,4 +56,5 @@ class CheckpointConfig:
     keep: int | None = None
     keep_every: int | None = None
     initial_checkpoint_path: str | None = None
+    keep_initial_step: bool = False
     dtype: str | None = None

@@ -115,13 +115,35 @@ def _write_model_info(directory: pathlib.Path, initialized: Any) -> None:
             raise OSError(error.errno, f"cannot write {path}: {error.strerror}") from None
 
 
-def _load_initial_params(trainer: Any, path: str) -> None:
-    """Starts from a pretrained checkpoint's parameters, keeping the fresh optimizer state."""
+def load_initial_params(trainer: Any, path: str, *, keep_step: bool = False) -> int:
+    """Starts ``trainer`` from a checkpoint's parameters, keeping its fresh optimizer state.
+
+    The restore rule of fine-tuning and of every adaptation recipe: only
+    ``target`` (the parameters) is read into the model's own structure, cast to
+    its dtypes and placed with its shardings; optimizer slots are not restored.
+    Since the rule is by parameter name and shape, a checkpoint of a non-causal
+    decoder loads into a causal one (and back): the attention mask is the
+    model's, not the checkpoint's.
+
+    Args:
+      trainer: a ``t5x.training.Trainer`` whose state is replaced.
+      path: a ``checkpoint_<step>`` folder or a model folder (latest step).
+      keep_step: also set the state's step to the checkpoint's (the run counts
+        on from there); otherwise the step stays as it is (0 for a new run).
+
+    Returns:
+      The checkpoint's step.
+
+    Raises:
+      ValueError: a parameter of the model is missing from the checkpoint or has
+        another shape (names the parameter and both shapes).
+    """
     import jax
 
     from t5x.checkpointing import load_t5x_checkpoint
 
-    params = load_t5x_checkpoint(path)["target"]
+    state = load_t5x_checkpoint(path)
+    params = state["target"]
     expected = trainer.state.params
     flat_expected = jax.tree_util.tree_flatten_with_path(expected)[0]
     flat_found = dict(jax.tree_util.tree_flatten_with_path(params)[0])
@@ -141,6 +163,12 @@ def _load_initial_params(trainer: Any, path: str) -> None:
         trainer.state_shardings.params,
     )
     trainer.state = trainer.state.replace_params(placed)
+    step = int(state["state"]["step"])
+    if keep_step:
+        like = trainer.state.step
+        value = jax.device_put(jax.numpy.asarray(step, like.dtype), trainer.state_shardings.step)
+        trainer.state = dataclasses.replace(trainer.state, step=value)
+    return step
 
 
 def train(
@@ -227,7 +255,9 @@ def train(
         peak_flops=None,
     )
     if checkpoint_cfg.initial_checkpoint_path and checkpointer.latest_step() is None:
-        _load_initial_params(trainer, checkpoint_cfg.initial_checkpoint_path)
+        load_initial_params(
+            trainer, checkpoint_cfg.initial_checkpoint_path, keep_step=checkpoint_cfg.keep_initial_step
+        )
 
     eval_sources = {}
     if train_eval_dataset_cfg is not None:

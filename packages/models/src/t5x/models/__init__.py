@@ -24,6 +24,7 @@ from t5x.models._losses import (
     get_loss_normalizing_factor_and_weights,
 )
 from t5x.models._models import DecoderOnlyModel, EncoderDecoderModel
+from t5x.models._mtf_names import mtf_to_t5x_state, mtf_variable_to_t5x, t5_config_from_params
 from t5x.models._network import Decoder, DecoderLayer, Encoder, EncoderLayer
 from t5x.models._presets import PRESETS, preset
 from t5x.models._reference import LazyReference
@@ -33,6 +34,9 @@ from t5x.models._transformer import DecoderOnlyTransformer, EncoderDecoderTransf
 __all__ = [
     "hf_to_t5x_params",
     "t5x_to_hf_state",
+    "mtf_to_t5x_state",
+    "mtf_variable_to_t5x",
+    "t5_config_from_params",
     "PRESETS",
     "Decoder",
     "DecoderLayer",

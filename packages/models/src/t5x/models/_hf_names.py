@@ -69,11 +69,21 @@ def _activations_to_hf(activations: tuple[str, ...]) -> str:
     )
 
 
+def _major_version(version: Any) -> int:
+    try:
+        return int(str(version).split(".")[0])
+    except ValueError:
+        return 0
+
+
 def _scales_decoder_output(hf_config: Mapping[str, Any]) -> bool:
     # transformers >= 5 records the scaling separately and always ties lm_head;
     # older configs use tie_word_embeddings (default True) for both.
     if "scale_decoder_outputs" in hf_config:
         return bool(hf_config["scale_decoder_outputs"])
+    if hf_config.get("model_type") == "mt5" and _major_version(hf_config.get("transformers_version")) >= 5:
+        # transformers 5's mT5 forces tie_word_embeddings=True and never scales.
+        return False
     return hf_config.get("tie_word_embeddings", True) is not False
 
 

@@ -53,6 +53,12 @@ from t5x.tasks._preprocessors import (
     tokenize_and_append_eos,
     translate,
 )
+from t5x.tasks._prompted_mc import (
+    BUILTIN_MC_MIXTURES,
+    BUILTIN_MC_TASKS,
+    make_mc_examples,
+    register_prompted_mc_tasks,
+)
 from t5x.tasks._rank_classification import rank_classification, rank_classification_postprocessor
 from t5x.tasks._registry import (
     MixtureRegistry,
@@ -70,6 +76,7 @@ from t5x.tasks._sources import (
     TextLineDataSource,
     TFExampleDataSource,
 )
+from t5x.tasks._study_tasks import STUDY_OBJECTIVES, builtin_corpus_source, objective_task
 from t5x.tasks._synthetic import generate_corpus
 from t5x.tasks._task import CacheDatasetPlaceholder, Task
 from t5x.tasks._utils import map_over_dataset, stateless_shuffle
@@ -85,6 +92,10 @@ __all__ = [
     "add_global_cache_dirs",
     "get_global_cache_dirs",
     "set_global_cache_dirs",
+    "BUILTIN_MC_MIXTURES",
+    "BUILTIN_MC_TASKS",
+    "make_mc_examples",
+    "register_prompted_mc_tasks",
     "rank_classification",
     "rank_classification_postprocessor",
     "BUILTIN_MIXTURES",
@@ -93,6 +104,9 @@ __all__ = [
     "exact_match",
     "register_builtin_tasks",
     "token_accuracy",
+    "STUDY_OBJECTIVES",
+    "builtin_corpus_source",
+    "objective_task",
     "generate_corpus",
     "BatchIterator",
     "CacheDatasetPlaceholder",

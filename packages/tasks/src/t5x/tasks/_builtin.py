@@ -15,6 +15,7 @@ import tensorflow as tf
 from t5x.tasks._feature import Feature
 from t5x.tasks._objectives import full_lm, prefix_lm, span_corruption
 from t5x.tasks._preprocessors import append_eos_after_trim, rekey, tokenize
+from t5x.tasks._prompted_mc import register_prompted_mc_tasks
 from t5x.tasks._registry import MixtureRegistry, TaskRegistry
 from t5x.tasks._sources import FunctionDataSource
 from t5x.tasks._synthetic import PROBLEMS, SPLIT_SIZES, generate_corpus, make_examples
@@ -137,3 +138,4 @@ def register_builtin_tasks() -> None:
             )
     if "synthetic_text_to_text" not in MixtureRegistry.names():
         MixtureRegistry.add("synthetic_text_to_text", [f"synthetic_{p}" for p in PROBLEMS], default_rate=1.0)
+    register_prompted_mc_tasks(vocabulary)
