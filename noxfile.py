@@ -271,6 +271,20 @@ def hf_interop(session: nox.Session) -> None:
     install_packages(session, "models")
     test = PACKAGES_DIR / "models" / "tests" / "test_hf_interop.py"
     session.run("pytest", str(test), "-p", "no:cacheprovider", env={"T5X_HF_PYTHON": peer_python})
+    # `t5x-launch convert` end to end: these tests import torch themselves, so it joins this env.
+    install_packages(session, "launch", extras="test,hf")
+    session.install("torch==2.13.0", "transformers")
+    test = PACKAGES_DIR / "launch" / "tests" / "test_convert_hf_interop.py"
+    session.run("pytest", str(test), "-p", "no:cacheprovider")
+
+
+@nox.session(python=PYTHON, default=False)
+def lm_eval(session: nox.Session) -> None:
+    """Optional: the lm-evaluation-harness adapter, run through lm-eval's own evaluator (offline)."""
+    install_packages(session, "launch", extras="test,lm-eval")
+    test = PACKAGES_DIR / "launch" / "tests" / "test_lm_eval.py"
+    offline = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    session.run("pytest", str(test), "-p", "no:cacheprovider", *session.posargs, env=offline)
 
 
 @nox.session(python=PYTHON, default=False)

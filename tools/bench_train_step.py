@@ -11,6 +11,9 @@ The optimizer is optax's `adafactor` (factored second moments, update clipping 1
 parameter-scale multiplier; close to T5X's Adafactor defaults) at learning rate 1e-3, since
 `t5x.training` is developed separately.
 
+XLA runs with the defaults `t5x-launch` sets for its jobs (`t5x.launch.add_xla_defaults`: matmuls
+on XLA:CPU's Eigen path rather than YNNPACK); `--no-xla-defaults` keeps XLA's own.
+
 With `--peer-python` (an interpreter with torch + transformers), the same workloads run in
 Hugging Face `transformers` on PyTorch CPU in a separate process: `T5ForConditionalGeneration`
 (gated-GELU, untied) for ENCDEC-S and a `LlamaForCausalLM` of the same layer shape for DEC-S,
@@ -18,7 +21,7 @@ with `transformers.optimization.Adafactor`. Ours and the peer's steps alternate 
 Usage:
 
     python tools/bench_train_step.py [--workloads encdec,dec] [--steps 5] [--warmup 1]
-        [--peer-python /work/peers/hf/bin/python] [--json OUT]
+        [--peer-python /work/peers/hf/bin/python] [--no-xla-defaults] [--json OUT]
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from t5x.launch import add_xla_defaults
 from t5x.models import DecoderOnlyConfig, DecoderOnlyModel, EncoderDecoderModel, T5Config
 
 WORKLOADS = {
@@ -249,7 +253,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--peer-python", default=None)
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--no-xla-defaults", action="store_true", help="keep XLA's own defaults instead of t5x-launch's"
+    )
     args = parser.parse_args()
+    if not args.no_xla_defaults:
+        add_xla_defaults(os.environ)  # before the backend starts: the same XLA setup as t5x-launch jobs
     kinds = [k.strip() for k in args.workloads.split(",") if k.strip()]
     for k in kinds:
         if k not in WORKLOADS:
@@ -262,7 +271,8 @@ def main() -> None:
             peer.close()
     load = os.getloadavg()
     print(f"train-step, float32, {platform.processor() or platform.machine()}, jax {jax.__version__}, "
-          f"median of {args.steps} steps; load average {tuple(round(x, 2) for x in load)}")  # fmt: skip
+          f"median of {args.steps} steps; load average {tuple(round(x, 2) for x in load)}; "
+          f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")  # fmt: skip
     header = f"{'workload':10} {'impl':8} {'s/step':>8} {'tokens/s':>10} {'MFU':>6} {'peak GF/s':>10} {'compile s':>10}"
     print(header)
     print("-" * len(header))

@@ -20,6 +20,9 @@ SUBCOMMANDS = (
     "convert",
     "local",
     "tpu",
+    "arch-objective-study",
+    "zero-shot",
+    "lm-eval",
 )
 
 
