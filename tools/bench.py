@@ -10,17 +10,24 @@ times), so > 1 means we win.
 Usage:
     python tools/bench.py [--workloads=train-step,data-lm,data-span,decode,checkpoint]
         [--peer-python hf=/work/peers/hf/bin/python] [--peer-python seqio=/work/peers/seqio/bin/python]
-        [--quick] [--json OUT]
+        [--device auto|cpu|accelerator] [--quick] [--json OUT]
 
 Peers run in their own interpreters (`--peer-python NAME=PYTHON`): `hf` (torch +
-transformers) for train-step, `seqio` (seqio + t5) for data-lm and data-span;
-orbax runs in our interpreter for checkpoint. Without a peer a workload reports
-ours alone. bench_decode.py has no peer driver yet, so decode reports ours only.
+transformers) for train-step and decode, `seqio` (seqio + t5) for data-lm and
+data-span; orbax runs in our interpreter for checkpoint (when orbax-checkpoint is
+installed there). Without a peer a workload reports ours alone. `--json` writes
+the list of rows.
+
+On an accelerator (`--device accelerator`, or `auto` when JAX's default backend is
+not the CPU) train-step measures ENCDEC-LARGE and DEC-1B in bfloat16 with
+tools/bench_accelerator.py and reports MFU against the chip's dense bf16 peak;
+the other workloads run as on the CPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pathlib
@@ -33,7 +40,7 @@ from collections.abc import Callable
 TOOLS = pathlib.Path(__file__).resolve().parent
 WORKLOADS = ("train-step", "data-lm", "data-span", "decode", "checkpoint")
 # Which --peer-python name each workload compares against (None: in-process or none).
-PEER_OF = {"train-step": "hf", "data-lm": "seqio", "data-span": "seqio", "decode": None, "checkpoint": None}
+PEER_OF = {"train-step": "hf", "data-lm": "seqio", "data-span": "seqio", "decode": "hf", "checkpoint": None}
 BUSY_FACTOR = 1.0  # a 1-minute load above this many runnable tasks per CPU is reported as busy
 
 Row = dict  # {workload, config, unit, ours, peer, peer_name, ratio, load}
@@ -130,16 +137,44 @@ def bench_data(workload: str, peer: str | None, quick: bool, load, log, timeout)
 
 
 def bench_decode(peer: str | None, quick: bool, load, log, timeout) -> list[Row]:
-    args = ["--repeats", "2" if quick else "5", "--decoders", "greedy"]
+    args = ["--repeats", "1" if quick else "3"]
     if quick:
-        args += ["--steps", "16"]
+        args += ["--workloads", "encdec", "--batches", "1", "--new-tokens", "16"]
+    if peer:
+        args += ["--peer-python", peer]
     data = _run_tool("bench_decode.py", args, log, timeout)
-    meta = data["meta"]
-    return [
-        _row("decode", f"{r['decoder']} batch {r['batch']}, {meta['steps']} new tokens (toy KV-cache model d {meta['dim']})",
-             "generated tokens/s", r["tokens_per_s"], None, None, True, load)
-        for r in data["results"]
-    ]  # fmt: skip
+    rows = []
+    for r in data["results"]:
+        p = r.get("peer")
+        config = (
+            f"{r['workload']} greedy, batch {r['batch']}, {r['prompt']} prompt + {r['new_tokens']} new tokens"
+        )
+        load_before = tuple(r.get("load_before", load))
+        rows.append(
+            _row(
+                "decode",
+                config,
+                "generated tokens/s",
+                r["tokens_per_s"],
+                p and p["tokens_per_s"],
+                "hf",
+                True,
+                load_before,
+            )
+        )
+        rows.append(
+            _row(
+                "decode",
+                config,
+                "compile / first call s",
+                r["compile_s"],
+                p and p["first_call_s"],
+                "hf",
+                False,
+                load_before,
+            )
+        )
+    return rows
 
 
 def bench_checkpoint(peer: str | None, quick: bool, load, log, timeout) -> list[Row]:
@@ -171,8 +206,8 @@ def bench_checkpoint(peer: str | None, quick: bool, load, log, timeout) -> list[
 
 RUNNERS = {
     "train-step": bench_train_step,
-    "data-lm": lambda peer, *a: bench_data("data-lm", peer, *a),
-    "data-span": lambda peer, *a: bench_data("data-span", peer, *a),
+    "data-lm": functools.partial(bench_data, "data-lm"),
+    "data-span": functools.partial(bench_data, "data-span"),
     "decode": bench_decode,
     "checkpoint": bench_checkpoint,
 }
@@ -211,9 +246,33 @@ def parse_peers(values: list[str], parser: argparse.ArgumentParser) -> dict[str,
     return peers
 
 
-def _write_json(path: str, rows: list[Row], failures: dict[str, str], quick: bool) -> None:
-    payload = {"load_average": list(os.getloadavg()), "cpus": os.cpu_count(), "quick": quick, "rows": rows, "failures": failures}  # fmt: skip
-    pathlib.Path(path).write_text(json.dumps(payload, indent=1))
+def _write_json(path: str, rows: list[Row]) -> None:
+    pathlib.Path(path).write_text(json.dumps(rows, indent=1))
+
+
+def detect_device(log: Callable[[str], None]) -> str:
+    """``"cpu"`` or ``"accelerator"``, from JAX's default backend (asked in a subprocess)."""
+    probe = subprocess.run(
+        [sys.executable, "-c", "import jax; print(jax.default_backend())"], capture_output=True, text=True
+    )
+    backend = (
+        probe.stdout.strip().splitlines()[-1] if probe.returncode == 0 and probe.stdout.strip() else "cpu"
+    )
+    log(f"JAX default backend: {backend}")
+    return "cpu" if backend == "cpu" else "accelerator"
+
+
+def bench_train_step_accelerator(peer: str | None, quick: bool, load, log, timeout) -> list[Row]:
+    del peer  # the PyTorch CPU peer has no counterpart at these sizes
+    args = ["--steps", "3" if quick else "10"]
+    data = _run_tool("bench_accelerator.py", args, log, timeout)
+    rows = []
+    for r in data["results"]:
+        config = f"{r['workload']} bfloat16 ({r['tokens_per_step']} tokens/step) on {data['device_kind']}"
+        rows.append(_row("train-step", config, "tokens/s", r["tokens_per_s"], None, None, True, load))
+        rows.append(_row("train-step", config, "MFU (dense bf16 peak)", r["mfu"], None, None, True, load))
+        rows.append(_row("train-step", config, "compile s", r["compile_s"], None, None, False, load))
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,7 +288,16 @@ def main(argv: list[str] | None = None) -> int:
         "--load-wait", type=float, default=0.0, help="seconds to wait for a busy machine before each workload"
     )
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed per workload program")
-    parser.add_argument("--json", default=None, help="write the rows here")
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "accelerator"),
+        default="auto",
+        help="accelerator: train-step measures ENCDEC-LARGE / DEC-1B in bfloat16 (auto: by JAX's backend)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the programs that would run, run nothing"
+    )
+    parser.add_argument("--json", default=None, help="write the list of rows here")
     args = parser.parse_args(argv)
     chosen = [w.strip() for w in args.workloads.split(",") if w.strip()]
     unknown = [w for w in chosen if w not in WORKLOADS]
@@ -240,6 +308,19 @@ def main(argv: list[str] | None = None) -> int:
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
+    device = args.device if args.device != "auto" else detect_device(log)
+    runners = dict(RUNNERS)
+    if device == "accelerator":
+        runners["train-step"] = bench_train_step_accelerator
+    if args.dry_run:
+        for workload in chosen:
+            wanted = PEER_OF[workload]
+            runner = runners[workload]
+            name = getattr(runner, "func", runner).__name__
+            peer = "orbax, in-process" if workload == "checkpoint" else peers.get(wanted or "", "none")
+            print(f"{workload}: {name} (peer: {peer})")
+        return 0
+
     rows: list[Row] = []
     failures: dict[str, str] = {}
     for workload in chosen:
@@ -249,14 +330,14 @@ def main(argv: list[str] | None = None) -> int:
             f"[{workload}] load average {tuple(round(x, 2) for x in load)}; peer: {wanted if wanted in peers else 'none'}"
         )
         try:
-            rows += RUNNERS[workload](
+            rows += runners[workload](
                 peers.get(wanted) if wanted else None, args.quick, load, log, args.timeout
             )
         except (RuntimeError, subprocess.TimeoutExpired, KeyError) as error:
             failures[workload] = f"{type(error).__name__}: {error}"
             log(f"[{workload}] FAILED: {failures[workload]}")
         if args.json:  # after every workload, so an interrupted suite keeps what it measured
-            _write_json(args.json, rows, failures, args.quick)
+            _write_json(args.json, rows)
     final_load = os.getloadavg()
     print(f"\nbenchmark suite{' (quick)' if args.quick else ''}; {os.cpu_count()} CPUs; "
           f"load average now {tuple(round(x, 2) for x in final_load)}; ratio > 1: ours faster")  # fmt: skip

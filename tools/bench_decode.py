@@ -1,34 +1,233 @@
-"""Benchmark: decoding throughput of t5x.decoding over a toy KV-cache model.
+"""Benchmark: the `decode` workload (BENCHMARKS.md) with t5x.models + t5x.decoding.
 
-The model is deliberately small but shaped like the decode step of a real network: a token
-embedding (vocab x d), one single-head attention layer that appends the new key/value to a
-``[batch, length, d]`` cache and attends over it, and an untied vocab projection. The
-decoders (greedy, top-k / top-p sampling, beam search) run as one jitted program each; the
-EOS id is set to -1 so every run decodes exactly ``--steps`` tokens.
+Greedy decoding of ``--new-tokens`` (64) new tokens with a KV cache, at batch 8 and 1, of
+ENCDEC-S (T5.1.1 encoder-decoder, inputs of ``--prompt`` = 256 tokens) and DEC-S (causal
+decoder, 12 layers, a prompt of 256 tokens: BOS + 255 tokens on our side, 256 tokens on
+the peer's), float32, random weights. EOS never stops a row (ours: an EOS id no token
+has; the peer: ``min_new_tokens``), so every row generates exactly ``--new-tokens``
+tokens. What is timed is the whole `predict_batch_with_aux` under one `jax.jit`: the
+encoder or the prompt prefill, then the decoding loop (one `lax.while_loop`). Compile
+time (lower + compile) is reported apart; the steady state is the median of
+``--repeats`` calls after one warm-up. Generated tokens/s = batch x new tokens / time.
 
-For every (decoder, batch) it reports the compile time (lower + compile, measured once)
-separately from the steady state: the median of ``--repeats`` timed calls after one warm-up
-call. The ``floor`` row runs the same model steps in a bare ``fori_loop`` with an argmax
-between them: the difference to ``greedy`` is the cost of the decoding machinery. Tokens/s counts decoded tokens: batch x num_decodes x steps (for beam search, batch x
-beams x steps, every beam being one decoded row). Usage:
+With ``--peer-python`` (an interpreter with torch + transformers), Hugging Face
+`transformers` on PyTorch CPU runs the same workloads in a separate process:
+`T5ForConditionalGeneration` (gated-GELU, untied; as tools/bench_train_step.py) and a
+`LlamaForCausalLM` of DEC-S's layer shape, `generate(do_sample=False, num_beams=1,
+max_new_tokens=64, min_new_tokens=64)` under `torch.inference_mode()` (timing includes
+the encoder / prompt pass, as ours does). Ours and the peer's calls alternate one by one;
+the peer's first call (model build excluded) stands in for its compile time. On a busy
+machine (1-minute load above the CPU count) the peer runs with ``OMP_WAIT_POLICY=PASSIVE``
+(see `Peer`); the JSON records the policy used.
 
-    python tools/bench_decode.py [--vocab 32128] [--dim 512] [--steps 64]
-        [--batches 1,8] [--repeats 5] [--json OUT]
+``--workloads toy`` adds the decoder-machinery table on a one-layer toy model: greedy,
+top-k, top-p and beam search, and a bare ``fori_loop`` ``floor``. Usage:
+
+    python tools/bench_decode.py [--workloads encdec,dec] [--batches 8,1] [--repeats 3]
+        [--peer-python /work/peers/hf/bin/python] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import statistics
+import subprocess
+import tempfile
 import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from t5x import decoding
 from t5x.decoding import DecodingState, beam_search, temperature_sample
+from t5x.launch import add_xla_defaults
+from t5x.models import DecoderOnlyConfig, DecoderOnlyModel, EncoderDecoderModel, T5Config
+
+VOCAB, D, HEADS, HEAD_DIM, MLP = 32128, 512, 8, 64, 1024
+NAMES = {"encdec": "ENCDEC-S", "dec": "DEC-S"}
+
+PEER_SCRIPT = r"""
+import json, sys, time
+import torch
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
+VOCAB, D, HEADS, HEAD_DIM, MLP = 32128, 512, 8, 64, 1024
+torch.manual_seed(0)
+models, state = {}, {}
+def reply(obj):
+    sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
+def model(kind, total):
+    if kind not in models:
+        if kind == "encdec":
+            cfg = T5Config(vocab_size=VOCAB, d_model=D, d_kv=HEAD_DIM, d_ff=MLP, num_layers=6, num_decoder_layers=6,
+                           num_heads=HEADS, feed_forward_proj="gated-gelu", tie_word_embeddings=False, dropout_rate=0.0,
+                           decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+            models[kind] = T5ForConditionalGeneration(cfg).eval()
+        else:
+            cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=D, intermediate_size=MLP, num_hidden_layers=12,
+                              num_attention_heads=HEADS, num_key_value_heads=HEADS, tie_word_embeddings=False,
+                              max_position_embeddings=total, hidden_act="gelu_pytorch_tanh",
+                              bos_token_id=0, eos_token_id=1, pad_token_id=0)
+            models[kind] = LlamaForCausalLM(cfg).eval()
+    return models[kind]
+def generate():
+    t = time.perf_counter()
+    with torch.inference_mode():
+        out = state["model"].generate(**state["inputs"], generation_config=state["config"])
+    return time.perf_counter() - t, out.shape[1] - state["prefix"]
+for line in sys.stdin:
+    cmd = json.loads(line)
+    if cmd["op"] == "setup":
+        kind, batch, prompt, new = cmd["kind"], cmd["batch"], cmd["prompt"], cmd["new"]
+        m = model(kind, prompt + new)
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(2, VOCAB, (batch, prompt), generator=g)
+        # generate() returns the decoder start token (T5) or the prompt (Llama) before the new tokens.
+        state.update(model=m, inputs={"input_ids": ids, "attention_mask": torch.ones_like(ids)},
+                     prefix=1 if kind == "encdec" else prompt,
+                     config=GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=new, min_new_tokens=new,
+                                             eos_token_id=1, pad_token_id=0, decoder_start_token_id=0))
+        s, n = generate()
+        reply({"first_s": s, "new_tokens": n, "threads": torch.get_num_threads(),
+               "params": sum(p.numel() for p in m.parameters())})
+    elif cmd["op"] == "run":
+        s, n = generate(); reply({"s": s, "new_tokens": n})
+    else:
+        break
+"""
+
+
+class Peer:
+    """The peer interpreter, driven one command at a time over stdin/stdout."""
+
+    def __init__(self, python: str) -> None:
+        fd, self._script = tempfile.mkstemp(suffix="_peer_decode.py")
+        with os.fdopen(fd, "w") as f:
+            f.write(PEER_SCRIPT)
+        env = dict(os.environ)
+        # On a busy machine PyTorch's OpenMP threads, spinning at every barrier by default, make
+        # a small matmul ~100x slower (15 ms instead of 0.1 ms here at load 6 on 2 CPUs): waiting
+        # passively keeps the comparison about the frameworks. An idle machine keeps the default.
+        if "OMP_WAIT_POLICY" not in env and os.getloadavg()[0] > (os.cpu_count() or 1):
+            env["OMP_WAIT_POLICY"] = "PASSIVE"
+        self.omp_wait_policy = env.get("OMP_WAIT_POLICY", "default")
+        self._proc = subprocess.Popen(
+            [python, self._script],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            env=env,
+        )
+
+    def ask(self, **cmd: object) -> dict:
+        assert self._proc.stdin and self._proc.stdout
+        self._proc.stdin.write(json.dumps(cmd) + "\n")
+        self._proc.stdin.flush()
+        line = self._proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"peer process died (exit code {self._proc.poll()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            with contextlib.suppress(RuntimeError, BrokenPipeError, json.JSONDecodeError):
+                self.ask(op="quit")
+        self._proc.wait(timeout=30)
+        os.unlink(self._script)
+
+
+class _NoEos:
+    """An output vocabulary whose EOS id no token has: every row decodes to its full length."""
+
+    eos_id = -1
+
+
+def build(kind: str, batch: int, prompt: int, new: int) -> tuple[object, dict]:
+    """Returns (model, features) for greedy decoding of ``new`` tokens per row."""
+    rng = np.random.default_rng(0)
+    common = dict(
+        vocab_size=VOCAB, emb_dim=D, num_heads=HEADS, head_dim=HEAD_DIM, mlp_dim=MLP,
+        mlp_activations=("gelu", "linear"), dropout_rate=0.0, logits_via_embedding=False,
+    )  # fmt: skip
+    if kind == "encdec":
+        model = EncoderDecoderModel(
+            T5Config(num_encoder_layers=6, num_decoder_layers=6, **common),
+            output_vocabulary=_NoEos(),
+            decode_fn=decoding.temperature_sample,
+        )
+        return model, {
+            "encoder_input_tokens": rng.integers(2, VOCAB, (batch, prompt), dtype=np.int32),
+            "decoder_input_tokens": np.zeros((batch, new), np.int32),
+        }
+    model = DecoderOnlyModel(DecoderOnlyConfig(num_layers=12, **common), vocabulary=_NoEos())
+    # Position 0 is BOS, 1..prompt-1 the prompt; the cache holds prompt - 1 + new positions and
+    # the continuation fills the last `new` of them.
+    tokens = np.zeros((batch, prompt - 1 + new), np.int32)
+    tokens[:, 1:prompt] = rng.integers(2, VOCAB, (batch, prompt - 1))
+    causal = np.zeros_like(tokens)
+    causal[:, :prompt] = 1
+    return model, {"decoder_input_tokens": tokens, "decoder_causal_attention": causal}
+
+
+def run_model(kind: str, batch: int, args: argparse.Namespace, peer: Peer | None) -> dict:
+    model, features = build(kind, batch, args.prompt, args.new_tokens)
+    shapes = {k: v.shape for k, v in features.items()}
+    params = model.get_initial_variables(jax.random.PRNGKey(0), shapes)["params"]
+    features = {k: jnp.asarray(v) for k, v in features.items()}
+
+    def predict(params, features):
+        return model.predict_batch_with_aux(params, features, decoder_params={"temperature": 0.0})[0]
+
+    start = time.perf_counter()
+    compiled = jax.jit(predict).lower(params, features).compile()
+    compile_s = time.perf_counter() - start
+    decodes = np.asarray(compiled(params, features))  # warm-up
+    # Continuations are left-aligned: the first `new_tokens` positions of each row are generated.
+    new_tokens = decodes.shape[1] if kind == "encdec" else args.new_tokens
+    peer_info = None
+    if peer is not None:
+        peer_info = peer.ask(op="setup", kind=kind, batch=batch, prompt=args.prompt, new=args.new_tokens)
+        if peer_info["new_tokens"] != args.new_tokens:
+            raise RuntimeError(
+                f"peer generated {peer_info['new_tokens']} tokens per row, not {args.new_tokens}"
+            )
+    ours, theirs = [], []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(params, features))
+        ours.append(time.perf_counter() - start)
+        if peer is not None:
+            theirs.append(peer.ask(op="run")["s"])
+    tokens = batch * new_tokens
+    median = statistics.median(ours)
+    result = {
+        "workload": NAMES[kind],
+        "batch": batch,
+        "prompt": args.prompt,
+        "new_tokens": new_tokens,
+        "compile_s": compile_s,
+        "median_s": median,
+        "tokens_per_s": tokens / median,
+        "times_s": ours,
+    }
+    if peer_info is not None:
+        peer_median = statistics.median(theirs)
+        result["peer"] = {
+            "first_call_s": peer_info["first_s"],
+            "median_s": peer_median,
+            "tokens_per_s": tokens / peer_median,
+            "times_s": theirs,
+            "threads": peer_info["threads"],
+            "omp_wait_policy": peer.omp_wait_policy,
+            "params": peer_info["params"],
+        }
+        result["ratio"] = peer_median / median
+    return result
 
 
 def make_model(vocab: int, dim: int, seed: int = 0):
@@ -87,7 +286,7 @@ def model_only(fn, inputs, cache):
     return jax.lax.fori_loop(0, steps, body, (jnp.zeros((batch, 1), jnp.int32), cache))
 
 
-def build(decoder: str, tokens_to_logits, steps: int):
+def build_toy(decoder: str, tokens_to_logits, steps: int):
     options = dict(DECODERS[decoder])
     kind = options.pop("kind")
 
@@ -103,12 +302,12 @@ def build(decoder: str, tokens_to_logits, steps: int):
     return jax.jit(run), rows_per_example
 
 
-def measure(decoder: str, batch: int, args, model) -> dict:
+def measure_toy(decoder: str, batch: int, args, model) -> dict:
     params, tokens_to_logits, init_cache = model
-    fn, per_example = build(decoder, tokens_to_logits, args.steps)
-    inputs = jnp.zeros((batch, args.steps), jnp.int32)
+    fn, per_example = build_toy(decoder, tokens_to_logits, args.new_tokens)
+    inputs = jnp.zeros((batch, args.new_tokens), jnp.int32)
     # Beam search and several-sample decoding expand the cache per row themselves.
-    cache = init_cache(batch, args.steps + 1)
+    cache = init_cache(batch, args.new_tokens + 1)
     rng = jax.random.PRNGKey(0)
     start = time.perf_counter()
     compiled = fn.lower(params, inputs, cache, rng).compile()
@@ -120,42 +319,37 @@ def measure(decoder: str, batch: int, args, model) -> dict:
         jax.block_until_ready(compiled(params, inputs, cache, jax.random.PRNGKey(i)))
         times.append(time.perf_counter() - start)
     median = statistics.median(times)
-    tokens = batch * per_example * args.steps
+    tokens = batch * per_example * args.new_tokens
     return {
         "decoder": decoder,
         "batch": batch,
         "rows": batch * per_example,
-        "steps": args.steps,
+        "steps": args.new_tokens,
         "compile_s": compile_s,
         "median_s": median,
         "tokens_per_s": tokens / median,
-        "ms_per_step": 1000 * median / args.steps,
+        "ms_per_step": 1000 * median / args.new_tokens,
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--vocab", type=int, default=32128)
-    parser.add_argument("--dim", type=int, default=512)
-    parser.add_argument("--steps", type=int, default=64)
-    parser.add_argument("--batches", default="1,8")
-    parser.add_argument("--decoders", default=",".join(DECODERS))
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--json", dest="json_out")
-    args = parser.parse_args()
+def _print_models(results: list[dict]) -> None:
+    header = f"{'workload':9} {'batch':>5} {'impl':8} {'run s':>8} {'tokens/s':>9} {'compile s':>10} {'ours/peer':>9}"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        print(
+            f"{r['workload']:9} {r['batch']:>5} {'ours':8} {r['median_s']:8.3f} {r['tokens_per_s']:9.1f}"
+            f" {r['compile_s']:10.1f}"
+        )
+        if "peer" in r:
+            p = r["peer"]
+            print(
+                f"{'':9} {'':>5} {'HF-torch':8} {p['median_s']:8.3f} {p['tokens_per_s']:9.1f}"
+                f" {p['first_call_s']:10.1f} {r['ratio']:8.2f}x"
+            )
 
-    model = make_model(args.vocab, args.dim)
-    results = []
-    for decoder in args.decoders.split(","):
-        for batch in (int(b) for b in args.batches.split(",")):
-            results.append(measure(decoder, batch, args, model))
 
-    device = jax.devices()[0]
-    print(
-        f"t5x.decoding on {device.platform} ({device.device_kind}), jax {jax.__version__}, "
-        f"{platform.machine()}, toy model vocab {args.vocab} d {args.dim}, {args.steps} steps, "
-        f"median of {args.repeats}; load average {os.getloadavg()}"
-    )
+def _print_toy(results: list[dict]) -> None:
     header = f"{'decoder':<9} {'batch':>5} {'rows':>5} {'compile s':>10} {'run s':>9} {'ms/step':>8} {'tokens/s':>10}"
     print(header)
     print("-" * len(header))
@@ -164,19 +358,80 @@ def main() -> None:
             f"{r['decoder']:<9} {r['batch']:>5} {r['rows']:>5} {r['compile_s']:>10.2f} {r['median_s']:>9.3f}"
             f" {r['ms_per_step']:>8.2f} {r['tokens_per_s']:>10.0f}"
         )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workloads", default="encdec,dec", help="comma-separated: encdec, dec, toy")
+    parser.add_argument("--batches", default="8,1")
+    parser.add_argument("--prompt", type=int, default=256, help="input (ENCDEC-S) or prompt (DEC-S) tokens")
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--peer-python", default=None, help="interpreter with torch + transformers")
+    parser.add_argument("--decoders", default=",".join(DECODERS), help="toy workload: decoders to time")
+    parser.add_argument("--vocab", type=int, default=VOCAB, help="toy workload: vocabulary size")
+    parser.add_argument("--dim", type=int, default=D, help="toy workload: model width")
+    parser.add_argument("--json", dest="json_out")
+    parser.add_argument(
+        "--no-xla-defaults", action="store_true", help="keep XLA's own defaults instead of t5x-launch's"
+    )
+    args = parser.parse_args()
+    if not args.no_xla_defaults:
+        add_xla_defaults(os.environ)  # before the backend starts: the same XLA setup as t5x-launch infer
+    kinds = [k.strip() for k in args.workloads.split(",") if k.strip()]
+    for k in kinds:
+        if k not in (*NAMES, "toy"):
+            parser.error(f"unknown workload {k!r}; choose from {[*NAMES, 'toy']}")
+    if args.prompt < 2 or args.new_tokens < 1 or args.repeats < 1:
+        parser.error(f"--prompt >= 2, --new-tokens >= 1, --repeats >= 1 wanted, got {args.prompt}, "
+                     f"{args.new_tokens}, {args.repeats}")  # fmt: skip
+    batches = [int(b) for b in args.batches.split(",")]
+    loads, results, toy = [], [], []
+    peer = Peer(args.peer_python) if args.peer_python and set(kinds) & set(NAMES) else None
+    try:
+        for kind in kinds:
+            for batch in batches:
+                loads.append(os.getloadavg())
+                if kind == "toy":
+                    model = make_model(args.vocab, args.dim)
+                    toy += [measure_toy(d, batch, args, model) for d in args.decoders.split(",")]
+                else:
+                    results.append(dict(run_model(kind, batch, args, peer), load_before=loads[-1]))
+    finally:
+        if peer is not None:
+            peer.close()
+    load = os.getloadavg()
+    device = jax.devices()[0]
+    print(
+        f"decode, greedy, {args.new_tokens} new tokens, float32, {device.platform} ({platform.machine()}), "
+        f"jax {jax.__version__}, median of {args.repeats}; load average before "
+        f"{max(x[0] for x in loads):.2f} (max 1-min), now {tuple(round(x, 2) for x in load)}"
+    )
+    if results:
+        _print_models(results)
+        policies = {r["peer"]["omp_wait_policy"] for r in results if "peer" in r}
+        if policies:
+            print(
+                f"peer: Hugging Face transformers on PyTorch CPU, OMP_WAIT_POLICY {', '.join(sorted(policies))}"
+            )
+    if toy:
+        print(f"toy one-layer model, vocab {args.vocab}, d {args.dim}:")
+        _print_toy(toy)
     if args.json_out:
         meta = {
             "platform": device.platform,
             "device_kind": device.device_kind,
             "jax": jax.__version__,
-            "loadavg": os.getloadavg(),
+            "loadavg": load,
+            "cpus": os.cpu_count(),
+            "prompt": args.prompt,
+            "new_tokens": args.new_tokens,
+            "repeats": args.repeats,
             "vocab": args.vocab,
             "dim": args.dim,
-            "steps": args.steps,
-            "repeats": args.repeats,
         }
         with open(args.json_out, "w") as f:
-            json.dump({"meta": meta, "results": results}, f, indent=2)
+            json.dump({"meta": meta, "results": results, "toy": toy}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -116,8 +116,18 @@ class Peer:
         fd, self._script = tempfile.mkstemp(suffix="_peer_train_step.py")
         with os.fdopen(fd, "w") as f:
             f.write(PEER_SCRIPT)
+        env = dict(os.environ)
+        # PyTorch's OpenMP threads spin at barriers by default, which on a busy machine slows it
+        # far more than the load itself (see bench_decode.py); an idle machine keeps the default.
+        if "OMP_WAIT_POLICY" not in env and os.getloadavg()[0] > (os.cpu_count() or 1):
+            env["OMP_WAIT_POLICY"] = "PASSIVE"
         self._proc = subprocess.Popen(
-            [python, self._script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+            [python, self._script],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            env=env,
         )
 
     def ask(self, **cmd: object) -> dict:

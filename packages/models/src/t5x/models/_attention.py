@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -55,6 +56,53 @@ def dot_product_attention(
             jnp.broadcast_to(keep, weights.shape).astype(dtype) / jnp.asarray(keep_prob, dtype)
         )
     return jnp.einsum("bhqk,bkhd->bqhd", weights, value.astype(dtype))
+
+
+def _write_slot(cache: jax.Array, new: jax.Array, index: jax.Array) -> jax.Array:
+    """Returns ``cache [batch, heads, head_dim, length]`` with ``new [batch, 1, heads, head_dim]`` at ``index``.
+
+    ``index`` is ``[1]`` (one position for all) or ``[batch]``. A position past the end is
+    clamped to the last slot: only a row that already ended is stepped that far (while
+    others finish), and the slot it overwrites is its own. A plain in-place update (no
+    bounds check reading the old values) lets XLA update the loop-carried cache without
+    copying it.
+    """
+    column = jnp.moveaxis(new, -3, -1).astype(cache.dtype)  # [batch, heads, head_dim, 1]
+    # Row by row even for one shared index: XLA:CPU copied the whole cache at every step
+    # around a single dynamic_update_slice, but updates this scatter in place.
+    index = jnp.broadcast_to(index, (cache.shape[0],))
+    write_row = functools.partial(jax.lax.dynamic_update_slice_in_dim, axis=-1)
+    return jax.vmap(write_row)(cache, column, index)
+
+
+def _attend_to_cache(
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    bias: jax.Array | None,
+    dtype: Any,
+    float32_logits: bool,
+) -> jax.Array:
+    """``dot_product_attention`` without dropout, for keys and values in the cache layout.
+
+    Args:
+      query: ``[batch, q_len, heads, head_dim]``.
+      key: ``[batch, heads, head_dim, kv_len]``.
+      value: ``[batch, heads, head_dim, kv_len]``.
+      bias: broadcastable to ``[batch, heads, q_len, kv_len]``.
+      dtype: dtype of the output.
+      float32_logits: compute the logits in float32.
+
+    Returns:
+      ``[batch, q_len, heads, head_dim]``.
+    """
+    if float32_logits:
+        query, key = query.astype(jnp.float32), key.astype(jnp.float32)
+    logits = jnp.einsum("bqhd,bhdk->bhqk", query, key)
+    if bias is not None:
+        logits = logits + bias.astype(logits.dtype)
+    weights = jax.nn.softmax(logits.astype(jnp.float32)).astype(dtype)
+    return jnp.einsum("bhqk,bhdk->bqhd", weights, value.astype(dtype))
 
 
 def _mask_to_bias(mask: jax.Array, dtype: Any) -> jax.Array:
@@ -142,6 +190,8 @@ class MultiHeadDotProductAttention(nn.Module):
         query = projection("query", query_init, inputs_q)
         key = projection("key", init, inputs_kv)
         value = projection("value", init, inputs_kv)
+        # Set when key and value are the cache itself, [batch, heads, head_dim, kv_len].
+        cache_layout = False
 
         if prefill and decode:
             raise ValueError(
@@ -176,14 +226,15 @@ class MultiHeadDotProductAttention(nn.Module):
                             f"length={length}: expected a decoding-step query of shape {expected}, got {query.shape}"
                         )
                     cur = jnp.reshape(cache_index.value, (-1,))
-                    one_hot = jax.nn.one_hot(cur, length, dtype=key.dtype)[:, None, None, :]
-                    full_key = cached_key.value + jnp.moveaxis(key, -3, -1) * one_hot
-                    full_value = cached_value.value + jnp.moveaxis(value, -3, -1) * one_hot
+                    # Writing one slot in place (not a one-hot sum over the whole cache) and
+                    # attending in the cache layout keep a step's memory traffic to one read
+                    # of the cache.
+                    full_key = _write_slot(cached_key.value, key, cur)
+                    full_value = _write_slot(cached_value.value, value, cur)
                     cached_key.value = full_key
                     cached_value.value = full_value
                     cache_index.value = cache_index.value + 1
-                    key = jnp.moveaxis(full_key, -1, -3)
-                    value = jnp.moveaxis(full_value, -1, -3)
+                    key, value, cache_layout = full_key, full_value, True
                     visible = jnp.arange(length)[None, None, None, :] <= cur[:, None, None, None]
                     mask = combine_masks(mask, jnp.broadcast_to(visible, (batch, 1, 1, length)))
                     if bias is not None:
@@ -200,17 +251,22 @@ class MultiHeadDotProductAttention(nn.Module):
         dropout_rng = None
         if not deterministic and self.dropout_rate > 0.0:
             dropout_rng = self.make_rng("dropout")
-        x = dot_product_attention(
-            query,
-            key,
-            value,
-            bias=attention_bias,
-            dropout_rng=dropout_rng,
-            dropout_rate=self.dropout_rate,
-            deterministic=deterministic,
-            dtype=self.dtype,
-            float32_logits=self.float32_logits,
-        )
+        if cache_layout and dropout_rng is None:
+            x = _attend_to_cache(query, key, value, attention_bias, self.dtype, self.float32_logits)
+        else:
+            if cache_layout:
+                key, value = jnp.moveaxis(key, -1, -3), jnp.moveaxis(value, -1, -3)
+            x = dot_product_attention(
+                query,
+                key,
+                value,
+                bias=attention_bias,
+                dropout_rng=dropout_rng,
+                dropout_rate=self.dropout_rate,
+                deterministic=deterministic,
+                dtype=self.dtype,
+                float32_logits=self.float32_logits,
+            )
         out_axes = ("joined_kv", "embed") if self.joined_kernel else ("heads", "kv", "embed")
         return DenseGeneral(
             features=inputs_q.shape[-1],
