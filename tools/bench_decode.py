@@ -30,18 +30,16 @@ top-k, top-p and beam search, and a bare ``fori_loop`` ``floor``. Usage:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
 import statistics
-import subprocess
-import tempfile
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _peer import Peer
 
 from t5x import decoding
 from t5x.decoding import DecodingState, beam_search, temperature_sample
@@ -101,44 +99,9 @@ for line in sys.stdin:
 """
 
 
-class Peer:
-    """The peer interpreter, driven one command at a time over stdin/stdout."""
-
-    def __init__(self, python: str) -> None:
-        fd, self._script = tempfile.mkstemp(suffix="_peer_decode.py")
-        with os.fdopen(fd, "w") as f:
-            f.write(PEER_SCRIPT)
-        env = dict(os.environ)
-        # On a busy machine PyTorch's OpenMP threads, spinning at every barrier by default, make
-        # a small matmul ~100x slower (15 ms instead of 0.1 ms here at load 6 on 2 CPUs): waiting
-        # passively keeps the comparison about the frameworks. An idle machine keeps the default.
-        if "OMP_WAIT_POLICY" not in env and os.getloadavg()[0] > (os.cpu_count() or 1):
-            env["OMP_WAIT_POLICY"] = "PASSIVE"
-        self.omp_wait_policy = env.get("OMP_WAIT_POLICY", "default")
-        self._proc = subprocess.Popen(
-            [python, self._script],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            bufsize=1,
-            env=env,
-        )
-
-    def ask(self, **cmd: object) -> dict:
-        assert self._proc.stdin and self._proc.stdout
-        self._proc.stdin.write(json.dumps(cmd) + "\n")
-        self._proc.stdin.flush()
-        line = self._proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"peer process died (exit code {self._proc.poll()})")
-        return json.loads(line)
-
-    def close(self) -> None:
-        if self._proc.poll() is None:
-            with contextlib.suppress(RuntimeError, BrokenPipeError, json.JSONDecodeError):
-                self.ask(op="quit")
-        self._proc.wait(timeout=30)
-        os.unlink(self._script)
+def start_peer(python: str) -> Peer:
+    """The peer interpreter running this workload's script."""
+    return Peer(python, PEER_SCRIPT, "decode")
 
 
 class _NoEos:
@@ -387,7 +350,7 @@ def main() -> None:
                      f"{args.new_tokens}, {args.repeats}")  # fmt: skip
     batches = [int(b) for b in args.batches.split(",")]
     loads, results, toy = [], [], []
-    peer = Peer(args.peer_python) if args.peer_python and set(kinds) & set(NAMES) else None
+    peer = start_peer(args.peer_python) if args.peer_python and set(kinds) & set(NAMES) else None
     try:
         for kind in kinds:
             for batch in batches:

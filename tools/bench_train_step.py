@@ -27,20 +27,18 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from _peer import Peer
 
 from t5x.launch import add_xla_defaults
 from t5x.models import DecoderOnlyConfig, DecoderOnlyModel, EncoderDecoderModel, T5Config
@@ -109,42 +107,9 @@ for line in sys.stdin:
 """
 
 
-class Peer:
-    """The peer interpreter, driven one command at a time over stdin/stdout."""
-
-    def __init__(self, python: str) -> None:
-        fd, self._script = tempfile.mkstemp(suffix="_peer_train_step.py")
-        with os.fdopen(fd, "w") as f:
-            f.write(PEER_SCRIPT)
-        env = dict(os.environ)
-        # PyTorch's OpenMP threads spin at barriers by default, which on a busy machine slows it
-        # far more than the load itself (see bench_decode.py); an idle machine keeps the default.
-        if "OMP_WAIT_POLICY" not in env and os.getloadavg()[0] > (os.cpu_count() or 1):
-            env["OMP_WAIT_POLICY"] = "PASSIVE"
-        self._proc = subprocess.Popen(
-            [python, self._script],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            bufsize=1,
-            env=env,
-        )
-
-    def ask(self, **cmd: object) -> dict:
-        assert self._proc.stdin and self._proc.stdout
-        self._proc.stdin.write(json.dumps(cmd) + "\n")
-        self._proc.stdin.flush()
-        line = self._proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"peer process died (exit code {self._proc.poll()})")
-        return json.loads(line)
-
-    def close(self) -> None:
-        if self._proc.poll() is None:
-            with contextlib.suppress(RuntimeError, BrokenPipeError, json.JSONDecodeError):
-                self.ask(op="quit")
-        self._proc.wait(timeout=30)
-        os.unlink(self._script)
+def start_peer(python: str) -> Peer:
+    """The peer interpreter running this workload's script."""
+    return Peer(python, PEER_SCRIPT, "train_step")
 
 
 def xla_matmul_peak() -> float:
@@ -273,7 +238,7 @@ def main() -> None:
     for k in kinds:
         if k not in WORKLOADS:
             parser.error(f"unknown workload {k!r}; choose from {sorted(WORKLOADS)}")
-    peer = Peer(args.peer_python) if args.peer_python else None
+    peer = start_peer(args.peer_python) if args.peer_python else None
     try:
         results = [run_workload(k, args, peer) for k in kinds]
     finally:
