@@ -23,7 +23,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
+from _train_step import compile_train_step, matmul_peak
 
 from t5x.models import DecoderOnlyConfig, DecoderOnlyModel, EncoderDecoderModel, T5Config
 
@@ -77,37 +77,10 @@ def build(kind: str, scale: str) -> tuple[object, dict, int, str]:
     return model, batch, tokens, w["name"] + (" (tiny)" if scale == "tiny" else "")
 
 
-def matmul_peak(n: int) -> float:
-    """FLOP/s of a jitted n^3 bfloat16 matmul (median of 5 after a warm-up)."""
-    a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.bfloat16)
-    mm = jax.jit(jnp.matmul)
-    mm(a, a).block_until_ready()
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        mm(a, a).block_until_ready()
-        times.append(time.perf_counter() - start)
-    return 2 * n**3 / statistics.median(times)
-
-
 def run(kind: str, args: argparse.Namespace, peak: float) -> dict:
     model, batch, tokens, name = build(kind, args.scale)
     lengths = {k: v.shape[1] for k, v in batch.items()}
-    params = model.get_initial_variables(jax.random.PRNGKey(0), {k: v.shape for k, v in batch.items()})[
-        "params"
-    ]
-    opt = optax.adafactor(learning_rate=1e-3)
-    opt_state = opt.init(params)
-
-    def train_step(params, opt_state, batch):
-        (loss, _), grads = jax.value_and_grad(model.loss_fn, has_aux=True)(params, batch, None)
-        updates, opt_state = opt.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
-    batch = {k: jnp.asarray(v) for k, v in batch.items()}
-    start = time.perf_counter()
-    compiled = jax.jit(train_step, donate_argnums=(0, 1)).lower(params, opt_state, batch).compile()
-    compile_s = time.perf_counter() - start
+    compiled, params, opt_state, batch, compile_s = compile_train_step(model, batch)
     params, opt_state, loss = compiled(params, opt_state, batch)  # warm-up
     loss.block_until_ready()
     times = []
@@ -144,7 +117,7 @@ def main() -> None:
         if k not in WORKLOADS:
             parser.error(f"unknown workload {k!r}; choose from {sorted(WORKLOADS)}")
     device = jax.devices()[0]
-    measured = matmul_peak(8192 if args.scale == "full" else 512)
+    measured = matmul_peak(8192 if args.scale == "full" else 512, jnp.bfloat16)
     if args.peak_tflops:
         peak, peak_source = args.peak_tflops * 1e12, "--peak-tflops"
     else:

@@ -99,11 +99,6 @@ for line in sys.stdin:
 """
 
 
-def start_peer(python: str) -> Peer:
-    """The peer interpreter running this workload's script."""
-    return Peer(python, PEER_SCRIPT, "decode")
-
-
 class _NoEos:
     """An output vocabulary whose EOS id no token has: every row decodes to its full length."""
 
@@ -350,7 +345,11 @@ def main() -> None:
                      f"{args.new_tokens}, {args.repeats}")  # fmt: skip
     batches = [int(b) for b in args.batches.split(",")]
     loads, results, toy = [], [], []
-    peer = start_peer(args.peer_python) if args.peer_python and set(kinds) & set(NAMES) else None
+    peer = (
+        Peer(args.peer_python, PEER_SCRIPT, "decode")
+        if args.peer_python and set(kinds) & set(NAMES)
+        else None
+    )
     try:
         for kind in kinds:
             for batch in batches:

@@ -37,8 +37,8 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from _peer import Peer
+from _train_step import compile_train_step, matmul_peak
 
 from t5x.launch import add_xla_defaults
 from t5x.models import DecoderOnlyConfig, DecoderOnlyModel, EncoderDecoderModel, T5Config
@@ -107,25 +107,6 @@ for line in sys.stdin:
 """
 
 
-def start_peer(python: str) -> Peer:
-    """The peer interpreter running this workload's script."""
-    return Peer(python, PEER_SCRIPT, "train_step")
-
-
-def xla_matmul_peak() -> float:
-    """FLOP/s of a jitted 2048^3 float32 matmul (median of 5 after a warm-up)."""
-    a = jax.random.normal(jax.random.PRNGKey(0), (2048, 2048), jnp.float32)
-    b = jax.random.normal(jax.random.PRNGKey(1), (2048, 2048), jnp.float32)
-    mm = jax.jit(jnp.matmul)
-    mm(a, b).block_until_ready()
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        mm(a, b).block_until_ready()
-        times.append(time.perf_counter() - start)
-    return 2 * 2048**3 / statistics.median(times)
-
-
 def build(kind: str) -> tuple[object, dict, int]:
     """Returns (model, batch, tokens per step) for a workload."""
     w = WORKLOADS[kind]
@@ -157,23 +138,9 @@ def build(kind: str) -> tuple[object, dict, int]:
 def run_workload(kind: str, args: argparse.Namespace, peer: Peer | None) -> dict:
     model, batch, tokens = build(kind)
     lengths = {k: v.shape[1] for k, v in batch.items()}
-    peak = xla_matmul_peak()
-    params = model.get_initial_variables(jax.random.PRNGKey(0), {k: v.shape for k, v in batch.items()})[
-        "params"
-    ]
+    peak = matmul_peak(2048, jnp.float32)
+    compiled, params, opt_state, batch, compile_s = compile_train_step(model, batch)
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(params))
-    opt = optax.adafactor(learning_rate=1e-3)
-    opt_state = opt.init(params)
-
-    def train_step(params, opt_state, batch):
-        (loss, _), grads = jax.value_and_grad(model.loss_fn, has_aux=True)(params, batch, None)
-        updates, opt_state = opt.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
-    batch = {k: jnp.asarray(v) for k, v in batch.items()}
-    start = time.perf_counter()
-    compiled = jax.jit(train_step, donate_argnums=(0, 1)).lower(params, opt_state, batch).compile()
-    compile_s = time.perf_counter() - start
     peer_info = {}
     if peer is not None:
         peer_info["peak_flops"] = peer.ask(op="peak")["flops"]
@@ -238,7 +205,7 @@ def main() -> None:
     for k in kinds:
         if k not in WORKLOADS:
             parser.error(f"unknown workload {k!r}; choose from {sorted(WORKLOADS)}")
-    peer = start_peer(args.peer_python) if args.peer_python else None
+    peer = Peer(args.peer_python, PEER_SCRIPT, "train_step") if args.peer_python else None
     try:
         results = [run_workload(k, args, peer) for k in kinds]
     finally:
