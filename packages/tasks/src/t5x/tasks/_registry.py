@@ -30,26 +30,65 @@ def _unknown(kind: str, name: str, known: list[str]) -> UnknownNameError:
     return UnknownNameError(f"No {kind} named {name!r} is registered.{hint}")
 
 
-class TaskRegistry:
+class _ProviderRegistry[Provider: (Task, Mixture)]:
+    """What the task and mixture registries share; each subclass keeps its own ``_REGISTRY``."""
+
+    _REGISTRY: ClassVar[dict[str, Any]]  # each subclass's own dict
+    _KIND: ClassVar[str]
+    _TYPE: ClassVar[type]
+
+    @classmethod
+    def add_provider(cls, name: str, provider: Provider) -> Provider:
+        """Registers an existing provider under its name.
+
+        Raises:
+          TypeError: the provider is not of the registry's type.
+          ValueError: the name is taken (by a task or a mixture) or differs from the provider's.
+        """
+        registry, kind = cls.__name__, cls._KIND
+        if not isinstance(provider, cls._TYPE):
+            raise TypeError(
+                f"{registry}.add_provider: expected a {cls._TYPE.__name__}, got {type(provider).__name__}"
+            )
+        if name != provider.name:
+            raise ValueError(f"{registry}: name {name!r} differs from the {kind}'s name {provider.name!r}")
+        if name in TaskRegistry._REGISTRY or name in MixtureRegistry._REGISTRY:
+            raise ValueError(f"{registry}: {name!r} is already registered; remove it first to replace it")
+        cls._REGISTRY[name] = provider
+        return provider
+
+    @classmethod
+    def get(cls, name: str) -> Provider:
+        """Returns the registered provider.
+
+        Raises:
+          UnknownNameError: (a KeyError) listing the closest registered names.
+        """
+        if name not in cls._REGISTRY:
+            raise _unknown(cls._KIND, name, list(cls._REGISTRY))
+        return cls._REGISTRY[name]
+
+    @classmethod
+    def remove(cls, name: str) -> None:
+        """Unregisters ``name`` (no error when absent)."""
+        cls._REGISTRY.pop(name, None)
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return sorted(cls._REGISTRY)
+
+    @classmethod
+    def reset(cls) -> None:
+        """Removes every registered provider (for tests)."""
+        cls._REGISTRY.clear()
+
+
+class TaskRegistry(_ProviderRegistry[Task]):
     """The global registry of Tasks (class methods only, like seqio's)."""
 
     _REGISTRY: ClassVar[dict[str, Task]] = {}
-
-    @classmethod
-    def add_provider(cls, name: str, provider: Task) -> Task:
-        """Registers an existing Task under its name.
-
-        Raises:
-          ValueError: the name is taken (by a task or a mixture) or differs from the task's.
-        """
-        if not isinstance(provider, Task):
-            raise TypeError(f"TaskRegistry.add_provider: expected a Task, got {type(provider).__name__}")
-        if name != provider.name:
-            raise ValueError(f"TaskRegistry: name {name!r} differs from the task's name {provider.name!r}")
-        if name in cls._REGISTRY or name in MixtureRegistry._REGISTRY:
-            raise ValueError(f"TaskRegistry: {name!r} is already registered; remove it first to replace it")
-        cls._REGISTRY[name] = provider
-        return provider
+    _KIND = "task"
+    _TYPE = Task
 
     @classmethod
     def add(
@@ -75,53 +114,13 @@ class TaskRegistry:
         )
         return cls.add_provider(name, task)
 
-    @classmethod
-    def get(cls, name: str) -> Task:
-        """Returns the registered Task.
 
-        Raises:
-          UnknownNameError: (a KeyError) listing the closest registered names.
-        """
-        if name not in cls._REGISTRY:
-            raise _unknown("task", name, list(cls._REGISTRY))
-        return cls._REGISTRY[name]
-
-    @classmethod
-    def remove(cls, name: str) -> None:
-        """Unregisters ``name`` (no error when absent)."""
-        cls._REGISTRY.pop(name, None)
-
-    @classmethod
-    def names(cls) -> list[str]:
-        return sorted(cls._REGISTRY)
-
-    @classmethod
-    def reset(cls) -> None:
-        """Removes every task (for tests)."""
-        cls._REGISTRY.clear()
-
-
-class MixtureRegistry:
+class MixtureRegistry(_ProviderRegistry[Mixture]):
     """The global registry of Mixtures."""
 
     _REGISTRY: ClassVar[dict[str, Mixture]] = {}
-
-    @classmethod
-    def add_provider(cls, name: str, provider: Mixture) -> Mixture:
-        if not isinstance(provider, Mixture):
-            raise TypeError(
-                f"MixtureRegistry.add_provider: expected a Mixture, got {type(provider).__name__}"
-            )
-        if name != provider.name:
-            raise ValueError(
-                f"MixtureRegistry: name {name!r} differs from the mixture's name {provider.name!r}"
-            )
-        if name in cls._REGISTRY or name in TaskRegistry._REGISTRY:
-            raise ValueError(
-                f"MixtureRegistry: {name!r} is already registered; remove it first to replace it"
-            )
-        cls._REGISTRY[name] = provider
-        return provider
+    _KIND = "mixture"
+    _TYPE = Mixture
 
     @classmethod
     def add(
@@ -135,24 +134,6 @@ class MixtureRegistry:
         """Builds a Mixture of registered tasks / mixtures (by name or object) and registers it."""
         mixture = mixture_cls(name, tasks, default_rate=default_rate, resolve=get_mixture_or_task, **kwargs)
         return cls.add_provider(name, mixture)
-
-    @classmethod
-    def get(cls, name: str) -> Mixture:
-        if name not in cls._REGISTRY:
-            raise _unknown("mixture", name, list(cls._REGISTRY))
-        return cls._REGISTRY[name]
-
-    @classmethod
-    def remove(cls, name: str) -> None:
-        cls._REGISTRY.pop(name, None)
-
-    @classmethod
-    def names(cls) -> list[str]:
-        return sorted(cls._REGISTRY)
-
-    @classmethod
-    def reset(cls) -> None:
-        cls._REGISTRY.clear()
 
 
 def get_mixture_or_task(name: str) -> Task | Mixture:
