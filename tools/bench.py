@@ -93,7 +93,8 @@ def bench_train_step(peer: str | None, quick: bool, load, log, timeout) -> list[
     rows = []
     for r in data["results"]:
         p = r.get("peer")
-        config = f"{r['workload']} float32 ({r['tokens_per_step']} tokens/step)"
+        peer_mode = " (peer: torch.autocast bf16)" if r["peak_dtype"] == "bfloat16" else ""
+        config = f"{r['workload']} {r['precision']}{peer_mode} ({r['tokens_per_step']} tokens/step)"
         rows.append(
             _row(
                 "train-step", config, "tokens/s", r["tokens_per_s"], p and p["tokens_per_s"], "hf", True, load
@@ -105,7 +106,7 @@ def bench_train_step(peer: str | None, quick: bool, load, log, timeout) -> list[
             _row(
                 "train-step",
                 config,
-                "MFU (own matmul peak)",
+                f"MFU (own {r['peak_dtype']} matmul peak)",
                 r["mfu"],
                 p and p["mfu_own_peak"],
                 "hf",

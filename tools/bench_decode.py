@@ -43,7 +43,6 @@ from _peer import Peer
 
 from t5x import decoding
 from t5x.decoding import DecodingState, beam_search, temperature_sample
-from t5x.launch import add_xla_defaults
 from t5x.models import DecoderOnlyConfig, DecoderOnlyModel, EncoderDecoderModel, T5Config
 
 VOCAB, D, HEADS, HEAD_DIM, MLP = 32128, 512, 8, 64, 1024
@@ -330,12 +329,7 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=VOCAB, help="toy workload: vocabulary size")
     parser.add_argument("--dim", type=int, default=D, help="toy workload: model width")
     parser.add_argument("--json", dest="json_out")
-    parser.add_argument(
-        "--no-xla-defaults", action="store_true", help="keep XLA's own defaults instead of t5x-launch's"
-    )
     args = parser.parse_args()
-    if not args.no_xla_defaults:
-        add_xla_defaults(os.environ)  # before the backend starts: the same XLA setup as t5x-launch infer
     kinds = [k.strip() for k in args.workloads.split(",") if k.strip()]
     for k in kinds:
         if k not in (*NAMES, "toy"):

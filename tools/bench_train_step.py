@@ -1,7 +1,11 @@
 """Benchmark: `train-step` of ENCDEC-S and DEC-S (BENCHMARKS.md) with t5x.models.
 
 Times one training step (forward, backward, optimizer update) under one `jax.jit`, float32 on
-CPU. Compile time (lower + compile) is reported separately from the steady state: the median
+CPU (workloads `encdec`, `dec`). The `encdec-bf16` / `dec-bf16` workloads keep parameters,
+activations and the optimizer in float32 but round matmul operands to bfloat16 with float32
+accumulation (`matmul_dtype="bfloat16"`: a TPU's default matmul precision); their peer runs
+under `torch.autocast("cpu", dtype=torch.bfloat16)` and both MFUs use a bfloat16 matmul peak.
+Compile time (lower + compile) is reported separately from the steady state: the median
 of `--steps` timed steps after `--warmup` untimed ones. Tokens/s counts inputs + targets
 (encoder-decoder) or all positions (decoder-only); MFU uses the model's `flops_per_token`
 (PaLM convention) against the same-process XLA float32 matmul peak (2048^3, median of 5),
@@ -11,17 +15,14 @@ The optimizer is optax's `adafactor` (factored second moments, update clipping 1
 parameter-scale multiplier; close to T5X's Adafactor defaults) at learning rate 1e-3, since
 `t5x.training` is developed separately.
 
-XLA runs with the defaults `t5x-launch` sets for its jobs (`t5x.launch.add_xla_defaults`: matmuls
-on XLA:CPU's Eigen path rather than YNNPACK); `--no-xla-defaults` keeps XLA's own.
-
 With `--peer-python` (an interpreter with torch + transformers), the same workloads run in
 Hugging Face `transformers` on PyTorch CPU in a separate process: `T5ForConditionalGeneration`
 (gated-GELU, untied) for ENCDEC-S and a `LlamaForCausalLM` of the same layer shape for DEC-S,
 with `transformers.optimization.Adafactor`. Ours and the peer's steps alternate one by one.
 Usage:
 
-    python tools/bench_train_step.py [--workloads encdec,dec] [--steps 5] [--warmup 1]
-        [--peer-python /work/peers/hf/bin/python] [--no-xla-defaults] [--json OUT]
+    python tools/bench_train_step.py [--workloads encdec,dec,encdec-bf16,dec-bf16] [--steps 5] [--warmup 1]
+        [--peer-python /work/peers/hf/bin/python] [--json OUT]
 """
 
 from __future__ import annotations
@@ -40,13 +41,17 @@ import numpy as np
 from _peer import Peer
 from _train_step import compile_train_step, matmul_peak
 
-from t5x.launch import add_xla_defaults
 from t5x.models import DecoderOnlyConfig, DecoderOnlyModel, EncoderDecoderModel, T5Config
 
+_ENCDEC = {"name": "ENCDEC-S", "arch": "encdec", "batch": 8, "inputs": 256, "targets": 64}
+_DEC = {"name": "DEC-S", "arch": "dec", "batch": 8, "length": 512}
 WORKLOADS = {
-    "encdec": {"name": "ENCDEC-S", "batch": 8, "inputs": 256, "targets": 64},
-    "dec": {"name": "DEC-S", "batch": 8, "length": 512},
+    "encdec": {**_ENCDEC, "matmul_dtype": None},
+    "dec": {**_DEC, "matmul_dtype": None},
+    "encdec-bf16": {**_ENCDEC, "matmul_dtype": "bfloat16"},
+    "dec-bf16": {**_DEC, "matmul_dtype": "bfloat16"},
 }
+PRECISION = {None: "float32", "bfloat16": "float32, bf16 matmuls"}
 VOCAB, D, HEADS, HEAD_DIM, MLP = 32128, 512, 8, 64, 1024
 
 PEER_SCRIPT = r"""
@@ -59,15 +64,15 @@ torch.manual_seed(0)
 state = {}
 def reply(obj):
     sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
-def peak():
-    a = torch.randn(2048, 2048); b = torch.randn(2048, 2048)
+def peak(dtype):
+    a = torch.randn(2048, 2048, dtype=dtype); b = torch.randn(2048, 2048, dtype=dtype)
     a @ b
     times = []
     for _ in range(5):
         t = time.perf_counter(); a @ b; times.append(time.perf_counter() - t)
     return 2 * 2048 ** 3 / statistics.median(times)
-def setup(kind, w):
-    if kind == "encdec":
+def setup(w):
+    if w["arch"] == "encdec":
         cfg = T5Config(vocab_size=VOCAB, d_model=D, d_kv=HEAD_DIM, d_ff=MLP, num_layers=6, num_decoder_layers=6,
                        num_heads=HEADS, feed_forward_proj="gated-gelu", tie_word_embeddings=False, dropout_rate=0.0,
                        decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
@@ -85,20 +90,21 @@ def setup(kind, w):
         batch = {"input_ids": ids, "labels": ids}
     model.train()
     opt = Adafactor(model.parameters(), lr=1e-3, scale_parameter=True, relative_step=False, warmup_init=False)
-    state.update(model=model, opt=opt, batch=batch)
+    state.update(model=model, opt=opt, batch=batch, autocast=w["matmul_dtype"] == "bfloat16")
     return sum(p.numel() for p in model.parameters())
 def step():
     t = time.perf_counter()
-    loss = state["model"](**state["batch"]).loss
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=state["autocast"]):
+        loss = state["model"](**state["batch"]).loss
     loss.backward()
     state["opt"].step(); state["opt"].zero_grad(set_to_none=True)
     return time.perf_counter() - t, float(loss.detach())
 for line in sys.stdin:
     cmd = json.loads(line)
     if cmd["op"] == "peak":
-        reply({"flops": peak()})
+        reply({"flops": peak(getattr(torch, cmd["dtype"]))})
     elif cmd["op"] == "setup":
-        t = time.perf_counter(); n = setup(cmd["kind"], cmd["workload"]); s, loss = step()
+        t = time.perf_counter(); n = setup(cmd["workload"]); s, loss = step()
         reply({"params": n, "first_step_s": time.perf_counter() - t, "loss": loss, "threads": torch.get_num_threads()})
     elif cmd["op"] == "step":
         s, loss = step(); reply({"s": s, "loss": loss})
@@ -114,8 +120,9 @@ def build(kind: str) -> tuple[object, dict, int]:
     common = dict(
         vocab_size=VOCAB, emb_dim=D, num_heads=HEADS, head_dim=HEAD_DIM, mlp_dim=MLP,
         mlp_activations=("gelu", "linear"), dropout_rate=0.0, logits_via_embedding=False,
+        matmul_dtype=w["matmul_dtype"],
     )  # fmt: skip
-    if kind == "encdec":
+    if w["arch"] == "encdec":
         model = EncoderDecoderModel(T5Config(num_encoder_layers=6, num_decoder_layers=6, **common))
         tgt = rng.integers(2, VOCAB, (w["batch"], w["targets"]), dtype=np.int32)
         batch = {
@@ -138,13 +145,15 @@ def build(kind: str) -> tuple[object, dict, int]:
 def run_workload(kind: str, args: argparse.Namespace, peer: Peer | None) -> dict:
     model, batch, tokens = build(kind)
     lengths = {k: v.shape[1] for k, v in batch.items()}
-    peak = matmul_peak(2048, jnp.float32)
+    peak_dtype = WORKLOADS[kind]["matmul_dtype"] or "float32"
+    peak = matmul_peak(2048, jnp.dtype(peak_dtype))
+    float32_peak = peak if peak_dtype == "float32" else matmul_peak(2048, jnp.float32)
     compiled, params, opt_state, batch, compile_s = compile_train_step(model, batch)
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(params))
     peer_info = {}
     if peer is not None:
-        peer_info["peak_flops"] = peer.ask(op="peak")["flops"]
-        peer_info.update(peer.ask(op="setup", kind=kind, workload=WORKLOADS[kind]))
+        peer_info["peak_flops"] = peer.ask(op="peak", dtype=peak_dtype)["flops"]
+        peer_info.update(peer.ask(op="setup", workload=WORKLOADS[kind]))
     for _ in range(args.warmup):
         params, opt_state, loss = compiled(params, opt_state, batch)
         loss.block_until_ready()
@@ -163,6 +172,8 @@ def run_workload(kind: str, args: argparse.Namespace, peer: Peer | None) -> dict
     step_s = statistics.median(ours)
     result = {
         "workload": WORKLOADS[kind]["name"],
+        "precision": PRECISION[WORKLOADS[kind]["matmul_dtype"]],
+        "peak_dtype": peak_dtype,
         "params": n_params,
         "tokens_per_step": tokens,
         "compile_s": compile_s,
@@ -171,6 +182,7 @@ def run_workload(kind: str, args: argparse.Namespace, peer: Peer | None) -> dict
         "flops_per_token": flops_per_token,
         "xla_matmul_peak_gflops": peak / 1e9,
         "mfu": flops_per_token * tokens / step_s / peak,
+        "mfu_float32_peak": flops_per_token * tokens / step_s / float32_peak,
         "losses": losses,
     }
     if theirs:
@@ -190,17 +202,12 @@ def run_workload(kind: str, args: argparse.Namespace, peer: Peer | None) -> dict
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--workloads", default="encdec,dec")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--peer-python", default=None)
     parser.add_argument("--json", default=None)
-    parser.add_argument(
-        "--no-xla-defaults", action="store_true", help="keep XLA's own defaults instead of t5x-launch's"
-    )
     args = parser.parse_args()
-    if not args.no_xla_defaults:
-        add_xla_defaults(os.environ)  # before the backend starts: the same XLA setup as t5x-launch jobs
     kinds = [k.strip() for k in args.workloads.split(",") if k.strip()]
     for k in kinds:
         if k not in WORKLOADS:
@@ -212,24 +219,24 @@ def main() -> None:
         if peer is not None:
             peer.close()
     load = os.getloadavg()
-    print(f"train-step, float32, {platform.processor() or platform.machine()}, jax {jax.__version__}, "
+    print(f"train-step, {platform.processor() or platform.machine()}, jax {jax.__version__}, "
           f"median of {args.steps} steps; load average {tuple(round(x, 2) for x in load)}; "
           f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")  # fmt: skip
-    header = f"{'workload':10} {'impl':8} {'s/step':>8} {'tokens/s':>10} {'MFU':>6} {'peak GF/s':>10} {'compile s':>10}"
+    header = f"{'workload':10} {'precision':22} {'impl':8} {'s/step':>8} {'tokens/s':>10} {'MFU':>6} {'peak GF/s':>10} {'compile s':>10}"
     print(header)
     print("-" * len(header))
     for r in results:
         print(
-            f"{r['workload']:10} {'ours':8} {r['step_s']:8.3f} {r['tokens_per_s']:10.0f} {r['mfu']:6.1%} "
+            f"{r['workload']:10} {r['precision']:22} {'ours':8} {r['step_s']:8.3f} {r['tokens_per_s']:10.0f} {r['mfu']:6.1%} "
             f"{r['xla_matmul_peak_gflops']:10.1f} {r['compile_s']:10.1f}"
         )
         if "peer" in r:
             p = r["peer"]
             print(
-                f"{'':10} {'HF-torch':8} {p['step_s']:8.3f} {p['tokens_per_s']:10.0f} {p['mfu_own_peak']:6.1%} "
+                f"{'':10} {'':22} {'HF-torch':8} {p['step_s']:8.3f} {p['tokens_per_s']:10.0f} {p['mfu_own_peak']:6.1%} "
                 f"{p['torch_matmul_peak_gflops']:10.1f} {p['first_step_s']:10.1f}"
             )
-            print(f"{'':10} ours/peer tokens/s = {r['speedup_vs_peer']:.2f}x")
+            print(f"{'':33} ours/peer tokens/s = {r['speedup_vs_peer']:.2f}x")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"loadavg": load, "results": results}, f, indent=1)

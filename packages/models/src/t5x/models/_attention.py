@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from t5x.models._layers import DenseGeneral, combine_masks, constrain, nd_init
+from t5x.models._matmul import dot_general
 
 
 def dot_product_attention(
@@ -22,6 +23,7 @@ def dot_product_attention(
     deterministic: bool = True,
     dtype: Any = jnp.float32,
     float32_logits: bool = False,
+    matmul_dtype: Any = None,
 ) -> jax.Array:
     """Unscaled dot-product attention (T5 folds ``1/sqrt(head_dim)`` into the query init).
 
@@ -35,13 +37,15 @@ def dot_product_attention(
       deterministic: disables dropout.
       dtype: dtype of the returned weights and output.
       float32_logits: compute the logits in float32.
+      matmul_dtype: dtype the operands of both products are rounded to, or None.
 
     Returns:
       ``[batch, q_len, heads, head_dim]``.
     """
     if float32_logits:
         query, key = query.astype(jnp.float32), key.astype(jnp.float32)
-    logits = jnp.einsum("bqhd,bkhd->bhqk", query, key)
+    # bqhd,bkhd->bhqk
+    logits = dot_general(query, key, (((3,), (3,)), ((0, 2), (0, 2))), matmul_dtype)
     if bias is not None:
         logits = logits + bias.astype(logits.dtype)
     # Softmax statistics in float32 whatever the activation dtype.
@@ -55,7 +59,9 @@ def dot_product_attention(
         weights = weights * (
             jnp.broadcast_to(keep, weights.shape).astype(dtype) / jnp.asarray(keep_prob, dtype)
         )
-    return jnp.einsum("bhqk,bkhd->bqhd", weights, value.astype(dtype))
+    # bhqk,bkhd->bhqd, then bqhd
+    out = dot_general(weights, value.astype(dtype), (((3,), (1,)), ((0, 1), (0, 2))), matmul_dtype)
+    return jnp.swapaxes(out, 1, 2)
 
 
 def _write_slot(cache: jax.Array, new: jax.Array, index: jax.Array) -> jax.Array:
@@ -82,6 +88,7 @@ def _attend_to_cache(
     bias: jax.Array | None,
     dtype: Any,
     float32_logits: bool,
+    matmul_dtype: Any = None,
 ) -> jax.Array:
     """``dot_product_attention`` without dropout, for keys and values in the cache layout.
 
@@ -92,17 +99,21 @@ def _attend_to_cache(
       bias: broadcastable to ``[batch, heads, q_len, kv_len]``.
       dtype: dtype of the output.
       float32_logits: compute the logits in float32.
+      matmul_dtype: dtype the operands of both products are rounded to, or None.
 
     Returns:
       ``[batch, q_len, heads, head_dim]``.
     """
     if float32_logits:
         query, key = query.astype(jnp.float32), key.astype(jnp.float32)
-    logits = jnp.einsum("bqhd,bhdk->bhqk", query, key)
+    # bqhd,bhdk->bhqk
+    logits = dot_general(query, key, (((3,), (2,)), ((0, 2), (0, 1))), matmul_dtype)
     if bias is not None:
         logits = logits + bias.astype(logits.dtype)
     weights = jax.nn.softmax(logits.astype(jnp.float32)).astype(dtype)
-    return jnp.einsum("bhqk,bhdk->bqhd", weights, value.astype(dtype))
+    # bhqk,bhdk->bhqd, then bqhd
+    out = dot_general(weights, value.astype(dtype), (((3,), (3,)), ((0, 1), (0, 1))), matmul_dtype)
+    return jnp.swapaxes(out, 1, 2)
 
 
 def _mask_to_bias(mask: jax.Array, dtype: Any) -> jax.Array:
@@ -120,6 +131,8 @@ class MultiHeadDotProductAttention(nn.Module):
       num_heads: heads.
       head_dim: width of each head.
       dtype: computation dtype.
+      matmul_dtype: dtype the operands of every product are rounded to
+        (float32 accumulation), or None.
       dropout_rate: dropout on the attention weights.
       float32_logits: compute ``q.k`` in float32.
       joined_kernel: t5 layout (``[embed, heads*head_dim]``) versus the
@@ -129,6 +142,7 @@ class MultiHeadDotProductAttention(nn.Module):
     num_heads: int
     head_dim: int
     dtype: Any = jnp.float32
+    matmul_dtype: Any = None
     dropout_rate: float = 0.0
     float32_logits: bool = False
     joined_kernel: bool = True
@@ -180,6 +194,7 @@ class MultiHeadDotProductAttention(nn.Module):
                 features=(self.num_heads, self.head_dim),
                 axis=-1,
                 dtype=self.dtype,
+                matmul_dtype=self.matmul_dtype,
                 kernel_init=kernel_init,
                 kernel_axes=kernel_axes,
                 joined_kernel=self.joined_kernel,
@@ -252,7 +267,9 @@ class MultiHeadDotProductAttention(nn.Module):
         if not deterministic and self.dropout_rate > 0.0:
             dropout_rng = self.make_rng("dropout")
         if cache_layout and dropout_rng is None:
-            x = _attend_to_cache(query, key, value, attention_bias, self.dtype, self.float32_logits)
+            x = _attend_to_cache(
+                query, key, value, attention_bias, self.dtype, self.float32_logits, self.matmul_dtype
+            )
         else:
             if cache_layout:
                 key, value = jnp.moveaxis(key, -1, -3), jnp.moveaxis(value, -1, -3)
@@ -266,12 +283,14 @@ class MultiHeadDotProductAttention(nn.Module):
                 deterministic=deterministic,
                 dtype=self.dtype,
                 float32_logits=self.float32_logits,
+                matmul_dtype=self.matmul_dtype,
             )
         out_axes = ("joined_kv", "embed") if self.joined_kernel else ("heads", "kv", "embed")
         return DenseGeneral(
             features=inputs_q.shape[-1],
             axis=(-2, -1),
             dtype=self.dtype,
+            matmul_dtype=self.matmul_dtype,
             kernel_init=init,
             kernel_axes=out_axes,
             joined_kernel=self.joined_kernel,

@@ -13,6 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax.linen import partitioning as nn_partitioning
 
+from t5x.models._matmul import dot_general
+
 param_with_axes = nn_partitioning.param_with_axes
 Initializer = Callable[..., jax.Array]
 
@@ -49,6 +51,7 @@ class DenseGeneral(nn.Module):
       features: output feature dims.
       axis: input axes contracted.
       dtype: computation dtype; the kernel is float32.
+      matmul_dtype: dtype the operands are rounded to (float32 accumulation), or None.
       kernel_init: ``init(key, shape, dtype, in_axis, out_axis)``.
       kernel_axes: logical names of the stored kernel's axes.
       joined_kernel: store the kernel flat (see above).
@@ -57,6 +60,7 @@ class DenseGeneral(nn.Module):
     features: int | Sequence[int]
     axis: int | Sequence[int] = -1
     dtype: Any = jnp.float32
+    matmul_dtype: Any = None
     kernel_init: Callable[..., jax.Array] = nd_init(1.0, "fan_in", "truncated_normal")
     kernel_axes: tuple[str, ...] = ()
     joined_kernel: bool = True
@@ -86,7 +90,7 @@ class DenseGeneral(nn.Module):
         )
         kernel = jnp.reshape(jnp.asarray(kernel, self.dtype), natural)
         contract = tuple(range(len(axis)))
-        return jax.lax.dot_general(inputs, kernel, ((axis, contract), ((), ())))
+        return dot_general(inputs, kernel, ((axis, contract), ((), ())), self.matmul_dtype)
 
 
 class Embed(nn.Module):
@@ -100,6 +104,7 @@ class Embed(nn.Module):
     features: int
     dtype: Any = jnp.float32
     attend_dtype: Any = jnp.float32
+    matmul_dtype: Any = None
     embedding_init: Initializer = nn.initializers.normal(stddev=1.0)
 
     def setup(self) -> None:
@@ -120,9 +125,9 @@ class Embed(nn.Module):
 
     def attend(self, query: jax.Array) -> jax.Array:
         """Scores ``query [..., features]`` against every row: ``[..., vocab]``."""
-        return jnp.dot(
-            jnp.asarray(query, self.attend_dtype), jnp.asarray(self.embedding, self.attend_dtype).T
-        )
+        query = jnp.asarray(query, self.attend_dtype)
+        embedding = jnp.asarray(self.embedding, self.attend_dtype)
+        return dot_general(query, embedding, (((query.ndim - 1,), (1,)), ((), ())), self.matmul_dtype)
 
 
 class LayerNorm(nn.Module):
@@ -216,6 +221,7 @@ class MlpBlock(nn.Module):
     activations: tuple[str, ...] = ("relu",)
     intermediate_dropout_rate: float = 0.1
     dtype: Any = jnp.float32
+    matmul_dtype: Any = None
     joined_kernel: bool = True
 
     @nn.compact
@@ -228,6 +234,7 @@ class MlpBlock(nn.Module):
             h = DenseGeneral(
                 self.intermediate_dim,
                 dtype=self.dtype,
+                matmul_dtype=self.matmul_dtype,
                 kernel_init=init,
                 kernel_axes=("embed", "mlp"),
                 joined_kernel=self.joined_kernel,
@@ -242,6 +249,7 @@ class MlpBlock(nn.Module):
         return DenseGeneral(
             inputs.shape[-1],
             dtype=self.dtype,
+            matmul_dtype=self.matmul_dtype,
             kernel_init=init,
             kernel_axes=("mlp", "embed"),
             joined_kernel=self.joined_kernel,

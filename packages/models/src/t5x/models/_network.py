@@ -31,6 +31,7 @@ def _attention(cfg: Any, name: str) -> MultiHeadDotProductAttention:
         num_heads=cfg.num_heads,
         head_dim=cfg.head_dim,
         dtype=cfg.dtype,
+        matmul_dtype=cfg.matmul_dtype,
         dropout_rate=cfg.dropout_rate,
         float32_logits=cfg.float32_attention_logits,
         joined_kernel=not cfg.scan_layers,
@@ -44,6 +45,7 @@ def _mlp(cfg: Any) -> MlpBlock:
         activations=cfg.mlp_activations,
         intermediate_dropout_rate=cfg.dropout_rate,
         dtype=cfg.dtype,
+        matmul_dtype=cfg.matmul_dtype,
         joined_kernel=not cfg.scan_layers,
         name="mlp",
     )
@@ -239,7 +241,13 @@ class Decoder(nn.Module):
         bias = None if cfg.per_layer_relpos_bias else relpos_module(cfg)(length, length, False)
         embedding = self.shared_embedding
         if embedding is None:
-            embedding = Embed(cfg.vocab_size, cfg.emb_dim, dtype=cfg.dtype, name="token_embedder")
+            embedding = Embed(
+                cfg.vocab_size,
+                cfg.emb_dim,
+                dtype=cfg.dtype,
+                matmul_dtype=cfg.matmul_dtype,
+                name="token_embedder",
+            )
         y = embedding(decoder_input_tokens.astype(jnp.int32))
         y = _dropout(cfg, y, deterministic).astype(cfg.dtype)
         args = (
@@ -262,6 +270,7 @@ class Decoder(nn.Module):
             logits = DenseGeneral(
                 cfg.vocab_size,
                 dtype=jnp.float32,
+                matmul_dtype=cfg.matmul_dtype,
                 kernel_axes=("embed", "vocab"),
                 joined_kernel=True,
                 name="logits_dense",

@@ -22,7 +22,9 @@ class EncoderDecoderTransformer(nn.Module):
 
     def setup(self) -> None:
         cfg = self.config
-        self.token_embedder = Embed(cfg.vocab_size, cfg.emb_dim, dtype=cfg.dtype, name="token_embedder")
+        self.token_embedder = Embed(
+            cfg.vocab_size, cfg.emb_dim, dtype=cfg.dtype, matmul_dtype=cfg.matmul_dtype, name="token_embedder"
+        )
         self.encoder = Encoder(config=cfg, shared_embedding=self.token_embedder)
         self.decoder = Decoder(config=cfg, shared_embedding=self.token_embedder, cross_attention=True)
 
