@@ -15,7 +15,9 @@ from t5x.models import (
     LazyReference,
     SpecialLossNormalizingFactor,
     compute_weighted_cross_entropy,
+    cross_entropy_with_logits,
     preset,
+    token_cross_entropy,
 )
 
 VOCAB = 40
@@ -133,6 +135,29 @@ def test_weighted_cross_entropy_matches_direct_formula():
         np.testing.assert_allclose(float(loss), per_token.sum() / 4.0, rtol=1e-5)
         np.testing.assert_allclose(float(z_loss), z_tok.sum() / 4.0, rtol=1e-5, atol=1e-9)
         assert float(weight_sum) == weights.sum()
+
+
+def test_token_cross_entropy_equals_soft_target_form_and_its_gradient():
+    rng = np.random.default_rng(3)
+    logits = jnp.asarray(rng.normal(size=(3, 4, 9)).astype(np.float32) * 2)
+    targets = jnp.asarray(rng.integers(0, 9, size=(3, 4)))
+    for smoothing, z in [(0.0, 0.0), (0.1, 1e-2)]:
+        low = smoothing / 8
+        soft = jax.nn.one_hot(targets, 9) * (1.0 - smoothing - low) + low
+
+        def by_gather(x, smoothing=smoothing, z=z):
+            loss, z_term = token_cross_entropy(x, targets, smoothing, z)
+            return jnp.sum(loss * jnp.arange(12.0).reshape(3, 4)), z_term
+
+        def by_soft_targets(x, soft=soft, z=z):
+            loss, z_term = cross_entropy_with_logits(x, soft, z)
+            return jnp.sum(loss * jnp.arange(12.0).reshape(3, 4)), z_term
+
+        (a, za), ga = jax.value_and_grad(by_gather, has_aux=True)(logits)
+        (b, zb), gb = jax.value_and_grad(by_soft_targets, has_aux=True)(logits)
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+        np.testing.assert_allclose(za, zb, rtol=1e-5)
+        np.testing.assert_allclose(ga, gb, rtol=1e-5, atol=1e-6)
 
 
 def test_loss_normalizing_factor_modes(encdec):

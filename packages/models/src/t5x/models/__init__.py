@@ -22,6 +22,7 @@ from t5x.models._losses import (
     compute_weighted_cross_entropy,
     cross_entropy_with_logits,
     get_loss_normalizing_factor_and_weights,
+    token_cross_entropy,
 )
 from t5x.models._models import DecoderOnlyModel, EncoderDecoderModel
 from t5x.models._mtf_names import mtf_to_t5x_state, mtf_variable_to_t5x, t5_config_from_params
@@ -60,6 +61,7 @@ __all__ = [
     "compute_metrics",
     "compute_weighted_cross_entropy",
     "cross_entropy_with_logits",
+    "token_cross_entropy",
     "decoder_only_flops_per_token",
     "dot_product_attention",
     "encoder_decoder_flops_per_token",

@@ -44,6 +44,39 @@ def cross_entropy_with_logits(
     return loss + z_term, z_term
 
 
+def token_cross_entropy(
+    logits: jax.Array, targets: jax.Array, label_smoothing: float = 0.0, z_loss: float = 0.0
+) -> tuple[jax.Array, jax.Array]:
+    """Per-position cross entropy against integer targets, smoothed, plus the z-loss term.
+
+    Equals :func:`cross_entropy_with_logits` against the smoothed one-hot
+    targets, but never builds them: with ``low = label_smoothing / (vocab - 1)``
+    on every class and ``1 - label_smoothing`` on the target, the loss is
+    ``log Z - (1 - label_smoothing - low) * logit[target] - low * sum(logits)``.
+    That saves the ``[..., vocab]`` target array and the passes over it, forward
+    and backward.
+
+    Args:
+      logits: ``[..., vocab]``.
+      targets: ``[...]`` integer ids.
+      label_smoothing: in ``[0, 1)``.
+      z_loss: coefficient of ``log(Z)**2``.
+
+    Returns:
+      ``(loss, z_loss_term)``, each ``[...]`` float32; ``loss`` includes the z
+      term and not the smoothing's entropy constant.
+    """
+    logits = logits.astype(jnp.float32)
+    log_z = jax.nn.logsumexp(logits, axis=-1)
+    low = label_smoothing / (logits.shape[-1] - 1)
+    target_logit = jnp.take_along_axis(logits, targets[..., None].astype(jnp.int32), -1, mode="clip")[..., 0]
+    loss = log_z - (1.0 - label_smoothing - low) * target_logit
+    if low:
+        loss = loss - low * jnp.sum(logits, axis=-1)
+    z_term = z_loss * jnp.square(log_z) if z_loss else jnp.zeros_like(log_z)
+    return loss + z_term, z_term
+
+
 def compute_weighted_cross_entropy(
     logits: jax.Array,
     targets: jax.Array,
@@ -74,12 +107,10 @@ def compute_weighted_cross_entropy(
     """
     if logits.ndim != targets.ndim + 1 or logits.shape[:-1] != targets.shape:
         raise ValueError(f"logits {logits.shape} must be targets {targets.shape} + [vocab]")
-    vocab = logits.shape[-1]
     confidence = 1.0 - label_smoothing
-    low = (1.0 - confidence) / (vocab - 1)
-    normalizing_constant = -(confidence * np.log(confidence) + (vocab - 1) * low * np.log(low + 1e-20))
-    soft = jax.nn.one_hot(targets, vocab, dtype=jnp.float32) * (confidence - low) + low
-    loss, z_term = cross_entropy_with_logits(logits.astype(jnp.float32), soft, z_loss)
+    low = (1.0 - confidence) / (logits.shape[-1] - 1)
+    normalizing_constant = -(confidence * np.log(confidence) + (1.0 - confidence) * np.log(low + 1e-20))
+    loss, z_term = token_cross_entropy(logits, targets, label_smoothing, z_loss)
     loss = loss - normalizing_constant
     weight_sum: jax.Array = jnp.asarray(np.prod(targets.shape), jnp.float32)
     if weights is not None:

@@ -16,8 +16,8 @@ from t5x.models._flops import decoder_only_flops_per_token, encoder_decoder_flop
 from t5x.models._losses import (
     compute_metrics,
     compute_weighted_cross_entropy,
-    cross_entropy_with_logits,
     get_loss_normalizing_factor_and_weights,
+    token_cross_entropy,
 )
 from t5x.models._reference import LazyReference
 from t5x.models._transformer import DecoderOnlyTransformer, EncoderDecoderTransformer
@@ -156,7 +156,7 @@ class _TransformerModel:
     def _score(self, params: PyTree, batch: Mapping[str, Any], return_intermediates: bool) -> Any:
         logits = self._logits(params, batch, None).astype(jnp.float32)
         targets = batch["decoder_target_tokens"]
-        token_scores = -cross_entropy_with_logits(logits, jax.nn.one_hot(targets, logits.shape[-1]), 0.0)[0]
+        token_scores = -token_cross_entropy(logits, targets)[0]
         weights = batch.get("decoder_loss_weights")
         if weights is not None:
             token_scores = token_scores * jnp.asarray(weights, jnp.float32)
