@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from t5x.models import (
+    DenseGeneral,
     LayerNorm,
     MultiHeadDotProductAttention,
     RelativePositionBiases,
@@ -111,3 +112,35 @@ def test_decode_step_rejects_query_that_does_not_fit_cache():
     variables = module.init(jax.random.PRNGKey(0), x, x, decode=True)
     with pytest.raises(ValueError, match=r"expected a decoding-step query of shape \(2, 1, 2, 4\)"):
         module.apply(variables, x, x, decode=True, mutable=["cache"])
+
+
+@pytest.mark.parametrize("joined_kernel", [True, False])
+def test_one_query_attention_uses_cache_layout_keys_with_same_result(joined_kernel):
+    # A single query (a decoding step's cross-attention) takes the keys/values projected
+    # straight into [batch, heads, head_dim, length]; the result must not change.
+    module = MultiHeadDotProductAttention(num_heads=2, head_dim=4, joined_kernel=joined_kernel)
+    q = jax.random.normal(jax.random.PRNGKey(1), (3, 1, 8))
+    kv = jax.random.normal(jax.random.PRNGKey(2), (3, 5, 8))
+    mask = jnp.asarray(
+        np.arange(5)[None, None, None, :] < np.array([5, 3, 1])[:, None, None, None], jnp.float32
+    )
+    params = module.init(jax.random.PRNGKey(0), q, kv, mask)["params"]
+    one = module.apply({"params": params}, q, kv, mask, deterministic=True)
+    # The same query repeated twice goes through the ordinary [batch, length, heads, kv] path.
+    two = module.apply(
+        {"params": params}, jnp.concatenate([q, q], 1), kv, jnp.repeat(mask, 2, 2), deterministic=True
+    )
+    assert one.shape == (3, 1, 8)
+    np.testing.assert_allclose(one[:, 0], two[:, 0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(one[:, 0], two[:, 1], rtol=1e-5, atol=1e-6)
+
+
+def test_dense_features_before_length_is_the_transposed_product():
+    dense = DenseGeneral(features=(2, 3), joined_kernel=True)
+    x = jax.random.normal(jax.random.PRNGKey(0), (4, 5, 6))
+    params = dense.init(jax.random.PRNGKey(1), x)
+    plain = dense.apply(params, x)  # [4, 5, 2, 3]
+    moved = dense.apply(params, x, features_before_length=True)  # [4, 2, 3, 5]
+    np.testing.assert_allclose(moved, jnp.moveaxis(plain, 1, -1), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"features_before_length needs \[batch, length, in\]"):
+        dense.apply(params, x[0], features_before_length=True)

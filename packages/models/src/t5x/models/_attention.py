@@ -189,7 +189,7 @@ class MultiHeadDotProductAttention(nn.Module):
         def query_init(*args: Any) -> jax.Array:
             return init(*args) / depth_scaling
 
-        def projection(name: str, kernel_init: Any, x: jax.Array) -> jax.Array:
+        def projection(name: str, kernel_init: Any, x: jax.Array, cache_layout: bool = False) -> jax.Array:
             y = DenseGeneral(
                 features=(self.num_heads, self.head_dim),
                 axis=-1,
@@ -199,14 +199,23 @@ class MultiHeadDotProductAttention(nn.Module):
                 kernel_axes=kernel_axes,
                 joined_kernel=self.joined_kernel,
                 name=name,
-            )(x)
+            )(x, features_before_length=cache_layout)
+            if cache_layout:
+                return constrain(y, ("batch", "heads", "kv", "length"))
             return constrain(y, ("batch", "length", "heads", "kv"))
 
+        # One query per row outside the cache: a decoding step's cross-attention. Its keys
+        # and values are the same at every step; projected straight into the cache layout,
+        # they need no per-step transpose (XLA would re-lay them out inside the loop).
+        cache_layout = (
+            inputs_q.shape[-2] == 1
+            and inputs_kv.ndim == 3
+            and not (prefill or decode)
+            and (deterministic or self.dropout_rate == 0.0)
+        )
         query = projection("query", query_init, inputs_q)
-        key = projection("key", init, inputs_kv)
-        value = projection("value", init, inputs_kv)
-        # Set when key and value are the cache itself, [batch, heads, head_dim, kv_len].
-        cache_layout = False
+        key = projection("key", init, inputs_kv, cache_layout)
+        value = projection("value", init, inputs_kv, cache_layout)
 
         if prefill and decode:
             raise ValueError(

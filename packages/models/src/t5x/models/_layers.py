@@ -66,7 +66,14 @@ class DenseGeneral(nn.Module):
     joined_kernel: bool = True
 
     @nn.compact
-    def __call__(self, inputs: jax.Array) -> jax.Array:
+    def __call__(self, inputs: jax.Array, features_before_length: bool = False) -> jax.Array:
+        """Maps ``inputs [..., in_dims]`` to ``[..., *features]``.
+
+        With ``features_before_length`` (one contracted axis, ``inputs [batch,
+        length, in]``) the result is ``[batch, *features, length]``, laid out so
+        by the product itself: the KV cache's layout, which attention reads
+        without a transpose.
+        """
         features = _as_tuple(self.features)
         inputs = jnp.asarray(inputs, self.dtype)
         axis = tuple(a % inputs.ndim for a in _as_tuple(self.axis))
@@ -88,7 +95,18 @@ class DenseGeneral(nn.Module):
             jnp.float32,
             axes=self.kernel_axes,
         )
-        kernel = jnp.reshape(jnp.asarray(kernel, self.dtype), natural)
+        kernel = jnp.asarray(kernel, self.dtype)
+        if features_before_length:
+            if inputs.ndim != 3 or axis != (2,):
+                raise ValueError(
+                    f"features_before_length needs [batch, length, in] inputs, got {inputs.shape}"
+                )
+            # [batch, in, out] . [batch, length, in] -> [batch, out, length]
+            flat = kernel.reshape(in_dims[0], -1)
+            batched = jnp.broadcast_to(flat, (inputs.shape[0], *flat.shape))
+            out = dot_general(batched, inputs, (((1,), (2,)), ((0,), (0,))), self.matmul_dtype)
+            return out.reshape(inputs.shape[0], *features, inputs.shape[1])
+        kernel = jnp.reshape(kernel, natural)
         contract = tuple(range(len(axis)))
         return dot_general(inputs, kernel, ((axis, contract), ((), ())), self.matmul_dtype)
 
