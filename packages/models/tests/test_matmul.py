@@ -9,8 +9,7 @@ import optax
 import pytest
 from jax import lax
 
-from t5x import decoding
-from t5x.models import DecoderOnlyConfig, DecoderOnlyModel, EncoderDecoderModel, preset
+from t5x.models import DecoderOnlyConfig, DecoderOnlyModel, preset
 from t5x.models._matmul import dot_general
 
 VOCAB = 40
@@ -114,30 +113,3 @@ def test_bfloat16_matmuls_stay_close_to_float32_and_train():
         params, state, loss = step(params, state)
         losses.append(float(loss))
     assert losses[-1] < 0.5 * losses[0], losses
-
-
-def test_bfloat16_matmuls_decode_like_their_teacher_forced_logits():
-    cfg = dataclasses.replace(preset("t5_1_1_tiny", vocab_size=VOCAB), matmul_dtype="bfloat16")
-    model = EncoderDecoderModel(cfg, decode_fn=decoding.temperature_sample)
-    rng = np.random.default_rng(1)
-    batch = {
-        "encoder_input_tokens": rng.integers(2, VOCAB, size=(2, 7)).astype(np.int32),
-        **_batch(rng, 2, 6),
-    }
-    params = model.get_initial_variables(jax.random.PRNGKey(2), {k: v.shape for k, v in batch.items()})[
-        "params"
-    ]
-    pred, _ = model.predict_batch_with_aux(params, batch, decoder_params={"temperature": 0.0})
-    pred = np.asarray(pred)
-    forced = dict(batch, decoder_target_tokens=np.where(pred > 0, pred, 2))
-    forced["decoder_input_tokens"] = np.concatenate(
-        [np.zeros((2, 1), np.int32), forced["decoder_target_tokens"][:, :-1]], 1
-    )
-    logits = np.asarray(model.compute_logits(params, forced))
-    for b in range(2):
-        for i in range(pred.shape[1]):
-            if i > 0 and pred[b, i - 1] in (0, model.eos_id):
-                break
-            top2 = np.sort(logits[b, i])[-2:]
-            # Cached and full-sequence products round alike; ties within rounding may differ.
-            assert pred[b, i] == np.argmax(logits[b, i]) or top2[1] - top2[0] < 1e-2, (b, i)

@@ -1,5 +1,7 @@
 """Model classes: contract, losses, scores, decoding, training, errors."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -252,24 +254,41 @@ def test_prefix_lm_greedy_continuation_is_argmax_of_full_logits(prefix_lm):
             assert cont[b, i] == np.argmax(logits[prompt_len[b] + i]), (b, i)
 
 
-def test_encdec_greedy_prediction_is_argmax_of_teacher_forced_logits(encdec):
-    model, params, batch = encdec
+def greedy_and_teacher_forced_logits(model, params, batch):
+    """Greedy decodes of an encoder-decoder and its logits when fed those decodes back."""
     greedy = EncoderDecoderModel(model.config, decode_fn=decoding.temperature_sample)
     pred, _ = greedy.predict_batch_with_aux(params, batch, decoder_params={"temperature": 0.0})
     pred = np.asarray(pred)
     forced = dict(batch, decoder_target_tokens=np.where(pred > 0, pred, 2))
     forced["decoder_input_tokens"] = np.concatenate(
-        [np.zeros((3, 1), np.int32), forced["decoder_target_tokens"][:, :-1]], 1
+        [np.zeros((pred.shape[0], 1), np.int32), forced["decoder_target_tokens"][:, :-1]], 1
     )
     logits = np.asarray(model.compute_logits(params, forced))
-    for b in range(3):
-        for i in range(pred.shape[1]):
-            if i > 0 and pred[b, i - 1] in (0, model.eos_id):
-                break
-            assert pred[b, i] == np.argmax(logits[b, i]), (b, i)
+    # Positions after a row's EOS (or padding) are not compared.
+    live = [
+        [i == 0 or pred[b, i - 1] not in (0, model.eos_id) for i in range(pred.shape[1])]
+        for b in range(len(pred))
+    ]
+    return pred, logits, np.cumprod(live, axis=1).astype(bool)
+
+
+def test_encdec_greedy_prediction_is_argmax_of_teacher_forced_logits(encdec):
+    model, params, batch = encdec
+    pred, logits, live = greedy_and_teacher_forced_logits(model, params, batch)
+    np.testing.assert_array_equal(pred[live], np.argmax(logits, -1)[live])
     beams, aux = model.predict_batch_with_aux(params, batch, num_decodes=3, return_all_decodes=True)
     assert beams.shape == (3, 3, 6) and aux["scores"].shape == (3, 3)
     assert np.all(np.diff(np.asarray(aux["scores"]), axis=1) >= 0)
+
+
+def test_bfloat16_matmuls_decode_like_their_teacher_forced_logits(encdec):
+    model, params, batch = encdec
+    rounded = EncoderDecoderModel(dataclasses.replace(model.config, matmul_dtype="bfloat16"))
+    pred, logits, live = greedy_and_teacher_forced_logits(rounded, params, batch)
+    top2 = np.sort(logits, -1)[..., -2:]
+    # Cached and full-sequence products round alike; near-ties within rounding may differ.
+    agree = (pred == np.argmax(logits, -1)) | (top2[..., 1] - top2[..., 0] < 1e-2)
+    assert np.all(agree[live]), (pred, np.argmax(logits, -1))
 
 
 def test_missing_feature_and_bad_shapes_are_named(encdec, prefix_lm):
