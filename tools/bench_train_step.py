@@ -15,6 +15,10 @@ The optimizer is optax's `adafactor` (factored second moments, update clipping 1
 parameter-scale multiplier; close to T5X's Adafactor defaults) at learning rate 1e-3, since
 `t5x.training` is developed separately.
 
+XLA keeps its own defaults (YNNPACK on). `t5x-launch` turns YNNPACK off for its jobs
+(`t5x.launch.add_xla_defaults`; float32 steps are as fast either way); the bf16 rows need it on
+(`--xla_cpu_experimental_ynn_fusion_type=individual_dot` under `t5x-launch`).
+
 With `--peer-python` (an interpreter with torch + transformers), the same workloads run in
 Hugging Face `transformers` on PyTorch CPU in a separate process: `T5ForConditionalGeneration`
 (gated-GELU, untied) for ENCDEC-S and a `LlamaForCausalLM` of the same layer shape for DEC-S,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import pathlib
 import sys
 from collections.abc import Callable, Sequence
@@ -19,6 +20,7 @@ from t5x.launch._gin_config import (
     split_gin_flags,
     write_config_gin,
 )
+from t5x.launch._xla_flags import add_xla_defaults
 
 DEMO_GIN = "runs/demo.gin"
 _GIN_HELP = (
@@ -445,6 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs ``t5x-launch``; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    add_xla_defaults(os.environ)
     launcher = bool(argv) and argv[0] in ("local", "tpu", "cache-tasks")
     rest, bindings = (argv, []) if launcher else split_gin_flags(argv)
     parser = build_parser()
