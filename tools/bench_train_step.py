@@ -8,7 +8,7 @@ under `torch.autocast("cpu", dtype=torch.bfloat16)` and both MFUs use a bfloat16
 Compile time (lower + compile) is reported separately from the steady state: the median
 of `--steps` timed steps after `--warmup` untimed ones. Tokens/s counts inputs + targets
 (encoder-decoder) or all positions (decoder-only); MFU uses the model's `flops_per_token`
-(PaLM convention) against the same-process XLA float32 matmul peak (2048^3, median of 5),
+(PaLM convention) against the same-process XLA matmul peak (2048^3 in the row's matmul dtype, median of 5),
 timed right before each workload.
 
 The optimizer is optax's `adafactor` (factored second moments, update clipping 1.0,

@@ -46,7 +46,7 @@ def _product(x: jax.Array, y: jax.Array, dims: DimensionNumbers, out_dtype: Any)
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
 def _rounded_dot(x: jax.Array, y: jax.Array, dims: DimensionNumbers, matmul_dtype: str) -> jax.Array:
     """``x`` and ``y`` share one dtype, which is also the result's."""
-    return _product(x.astype(matmul_dtype), y.astype(matmul_dtype), dims, x.dtype).astype(x.dtype)
+    return _rounded_dot_fwd(x, y, dims, matmul_dtype)[0]
 
 
 def _rounded_dot_fwd(
