@@ -10,7 +10,7 @@ import pytest
 from jax import lax
 
 from t5x.models import DecoderOnlyConfig, DecoderOnlyModel, preset
-from t5x.models._matmul import dot_general
+from t5x.models._matmul import dense, dot_general
 
 VOCAB = 40
 
@@ -58,6 +58,26 @@ def test_rounded_product_and_its_gradients(xs, ys, dims):
     assert dx.shape == x.shape and dy.shape == y.shape
     np.testing.assert_allclose(dx, ex, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(dy, ey, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("xs", [(6, 5), (3, 4, 5)])
+def test_dense_is_the_plain_product_with_the_same_gradients(xs):
+    x, kernel = _operands(xs, (5, 7))
+    dims = (((len(xs) - 1,), (0,)), ((), ()))
+    np.testing.assert_array_equal(dense(x, kernel), lax.dot_general(x, kernel, dims))
+    g = jax.random.normal(jax.random.PRNGKey(2), (*xs[:-1], 7))
+    dx, dk = jax.vjp(dense, x, kernel)[1](g)
+    ex, ek = jax.vjp(lambda a, b: lax.dot_general(a, b, dims), x, kernel)[1](g)
+    assert dx.shape == x.shape and dk.shape == kernel.shape
+    np.testing.assert_allclose(dx, ex, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dk, ek, rtol=1e-5, atol=1e-5)
+    # With a matmul dtype it is the rounded product of `dot_general`.
+    np.testing.assert_array_equal(dense(x, kernel, "bfloat16"), dot_general(x, kernel, dims, "bfloat16"))
+
+
+def test_dense_names_mismatched_shapes():
+    with pytest.raises(ValueError, match=r"dense: x \(3, 4\) and kernel \(5, 7\)"):
+        dense(jnp.ones((3, 4)), jnp.ones((5, 7)))
 
 
 def test_matmul_dtype_is_validated_and_canonical():

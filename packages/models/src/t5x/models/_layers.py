@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax.linen import partitioning as nn_partitioning
 
-from t5x.models._matmul import dot_general
+from t5x.models._matmul import dense, dot_general
 
 param_with_axes = nn_partitioning.param_with_axes
 Initializer = Callable[..., jax.Array]
@@ -106,6 +106,11 @@ class DenseGeneral(nn.Module):
             batched = jnp.broadcast_to(flat, (inputs.shape[0], *flat.shape))
             out = dot_general(batched, inputs, (((1,), (2,)), ((0,), (0,))), self.matmul_dtype)
             return out.reshape(inputs.shape[0], *features, inputs.shape[1])
+        if axis == tuple(range(inputs.ndim - len(axis), inputs.ndim)):
+            # Trailing axes: one [..., in] x [in, out] product (see `dense`).
+            rows = inputs.reshape(*inputs.shape[: inputs.ndim - len(axis)], -1)
+            out = dense(rows, kernel.reshape(rows.shape[-1], -1), self.matmul_dtype)
+            return out.reshape(*out.shape[:-1], *features)
         kernel = jnp.reshape(kernel, natural)
         contract = tuple(range(len(axis)))
         return dot_general(inputs, kernel, ((axis, contract), ((), ())), self.matmul_dtype)

@@ -39,6 +39,42 @@ def dot_general(x: jax.Array, y: jax.Array, dimension_numbers: Any, matmul_dtype
     return _rounded_dot(x.astype(out_dtype), y.astype(out_dtype), dims, jnp.dtype(matmul_dtype).name)
 
 
+def dense(x: jax.Array, kernel: jax.Array, matmul_dtype: Any = None) -> jax.Array:
+    """``x [..., in] @ kernel [in, out]``: a dense layer's product, as ``dot_general`` would.
+
+    Without a ``matmul_dtype`` the kernel's gradient is worked out as ``(g^T x)^T``, not as
+    JAX's ``x^T g``: given the latter, XLA:CPU re-lays the incoming gradient out transposed for
+    every such product (and recomputes the elementwise work before it in that strided order);
+    the former reads it as it lies. A decoder-only training step is ~20% faster this way.
+    """
+    if x.shape[-1] != kernel.shape[0] or kernel.ndim != 2:
+        raise ValueError(f"dense: x {x.shape} and kernel {kernel.shape} are not [..., n] and [n, m]")
+    out_dtype = jnp.result_type(x.dtype, kernel.dtype)
+    if matmul_dtype is not None and jnp.dtype(matmul_dtype) != out_dtype:
+        return dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())), matmul_dtype)
+    return _dense(x.astype(out_dtype), kernel.astype(out_dtype))
+
+
+@jax.custom_vjp
+def _dense(x: jax.Array, kernel: jax.Array) -> jax.Array:
+    return lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
+
+
+def _dense_fwd(x: jax.Array, kernel: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    return _dense(x, kernel), (x, kernel)
+
+
+def _dense_bwd(res: tuple[jax.Array, jax.Array], g: jax.Array) -> tuple[jax.Array, jax.Array]:
+    x, kernel = res
+    dx = lax.dot_general(g, kernel, (((g.ndim - 1,), (1,)), ((), ())))
+    rows_x, rows_g = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
+    dkernel = lax.dot_general(rows_g, rows_x, (((0,), (0,)), ((), ())))
+    return dx, dkernel.T
+
+
+_dense.defvjp(_dense_fwd, _dense_bwd)
+
+
 def _product(x: jax.Array, y: jax.Array, dims: DimensionNumbers, out_dtype: Any) -> jax.Array:
     return lax.dot_general(x, y, dims, preferred_element_type=jnp.promote_types(out_dtype, jnp.float32))
 
