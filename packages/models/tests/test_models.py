@@ -1,6 +1,7 @@
 """Model classes: contract, losses, scores, decoding, training, errors."""
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -252,6 +253,29 @@ def test_prefix_lm_greedy_continuation_is_argmax_of_full_logits(prefix_lm):
             if i > 0 and cont[b, i - 1] == model.eos_id:
                 break
             assert cont[b, i] == np.argmax(logits[prompt_len[b] + i]), (b, i)
+
+
+def _while_bodies(hlo: str) -> list[str]:
+    names = set(re.findall(r"body=%([\w.\-]+)", hlo))
+    return [m.group(0) for m in re.finditer(r"^%([\w.\-]+) .*?^}", hlo, re.M | re.S) if m.group(1) in names]
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+def test_decoding_loop_updates_the_kv_cache_in_place(encdec, prefix_lm, rows):
+    # A copy of a [batch, heads, head_dim, length] cache array inside the loop is a whole
+    # cache read and written per step, on top of the one-slot write.
+    # (Beam search reorders the cache every step by design; sampling only appends to it.)
+    sampled = EncoderDecoderModel(encdec[0].config, decode_fn=decoding.temperature_sample)
+    causal = DecoderOnlyModel(prefix_lm[0].config)  # prompt prefilled, then decoded causally
+    for model, params, batch in ((sampled, *encdec[1:]), prefix_lm, (causal, *prefix_lm[1:])):
+        batch = {k: v[:rows] for k, v in batch.items()}
+        predict = jax.jit(lambda p, b, m=model: m.predict_batch_with_aux(p, b)[0])
+        # At the optimisation level users run (conftest lowers it for these tests' speed).
+        compiled = predict.lower(params, batch).compile({"xla_backend_optimization_level": 3})
+        bodies = _while_bodies(compiled.as_text())
+        assert bodies, "no decoding loop found"
+        copies = [line for body in bodies for line in body.splitlines() if re.search(r"= f32\[\d+(,\d+){3}\]\S* copy\(", line)]
+        assert not copies, copies[:3]
 
 
 def greedy_and_teacher_forced_logits(model, params, batch):

@@ -78,7 +78,11 @@ def _write_slot(cache: jax.Array, new: jax.Array, index: jax.Array) -> jax.Array
     # around a single dynamic_update_slice, but updates this scatter in place.
     index = jnp.broadcast_to(index, (cache.shape[0],))
     write_row = functools.partial(jax.lax.dynamic_update_slice_in_dim, axis=-1)
-    return jax.vmap(write_row)(cache, column, index)
+    # The barrier makes the updated cache one buffer for both its readers (this step's
+    # attention and the loop state). Without it XLA fused the write into each reader, and
+    # each fused copy needed its own copy of the cache: at batch 1, four copies of every
+    # layer's keys and values per step.
+    return jax.lax.optimization_barrier(jax.vmap(write_row)(cache, column, index))
 
 
 def _attend_to_cache(
