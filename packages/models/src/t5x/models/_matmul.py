@@ -5,6 +5,10 @@ operands to bfloat16, accumulates in float32 and returns float32: the numerics o
 matmul at default precision on a TPU. CPUs with AMX or AVX512-BF16 run such products several
 times faster than float32 ones. The backward products round the incoming gradient the same
 way and return float32 gradients, as they would on a TPU.
+
+``dense(x, kernel)`` is a dense layer's product with a backward pass laid out for XLA:CPU
+(see there). Both define their gradients with ``jax.custom_vjp``, so they support reverse-mode
+differentiation (``jax.grad``, ``jax.vjp``) but not ``jax.jvp``.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ def dense(x: jax.Array, kernel: jax.Array, matmul_dtype: Any = None) -> jax.Arra
     Without a ``matmul_dtype`` the kernel's gradient is worked out as ``(g^T x)^T``, not as
     JAX's ``x^T g``: given the latter, XLA:CPU re-lays the incoming gradient out transposed for
     every such product (and recomputes the elementwise work before it in that strided order);
-    the former reads it as it lies. A decoder-only training step is ~20% faster this way.
+    the former reads it as it lies. The DEC-S float32 training step is ~25% faster this way.
     """
     if x.shape[-1] != kernel.shape[0] or kernel.ndim != 2:
         raise ValueError(f"dense: x {x.shape} and kernel {kernel.shape} are not [..., n] and [n, m]")
