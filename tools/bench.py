@@ -18,6 +18,10 @@ data-span; orbax runs in our interpreter for checkpoint (when orbax-checkpoint i
 installed there). Without a peer a workload reports ours alone. `--json` writes
 the list of rows.
 
+Every program here runs the way `t5x-launch` runs jobs as far as the process goes: with
+glibc's `malloc.hugetlb=1` tunable (huge pages for large buffers; `t5x.launch._malloc`).
+The peers start from the same environment, so they run with it too.
+
 On an accelerator (`--device accelerator`, or `auto` when JAX's default backend is
 not the CPU) train-step measures ENCDEC-LARGE and DEC-1B in bfloat16 with
 tools/bench_accelerator.py and reports MFU against the chip's dense bf16 peak;
@@ -36,6 +40,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+
+from t5x.launch import restart_with_malloc_defaults
 
 TOOLS = pathlib.Path(__file__).resolve().parent
 WORKLOADS = ("train-step", "data-lm", "data-span", "decode", "checkpoint")
@@ -115,6 +121,19 @@ def bench_train_step(peer: str | None, quick: bool, load, log, timeout) -> list[
             )
         )
         rows.append(_row("train-step", config, "compile s", r["compile_s"], None, None, False, load))
+        # The same products, each alone: what the step's matmuls cost in each framework.
+        rows.append(
+            _row(
+                "train-step",
+                config,
+                f"s, its {r['matmul_tflop']:.2f} TFLOP of products alone",
+                r["matmul_floor_s"],
+                p and p["torch_matmul_floor_s"],
+                "hf",
+                False,
+                load,
+            )
+        )
     return rows
 
 
@@ -277,6 +296,8 @@ def bench_train_step_accelerator(peer: str | None, quick: bool, load, log, timeo
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        restart_with_malloc_defaults()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--workloads", default=",".join(WORKLOADS), help="comma-separated subset of " + ",".join(WORKLOADS)

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from _train_step import compile_train_step, matmul_peak
 
+from t5x.launch import restart_with_malloc_defaults
 from t5x.models import DecoderOnlyConfig, DecoderOnlyModel, EncoderDecoderModel, T5Config
 
 # Dense bfloat16 peak FLOP/s by device-kind substring (vendor data sheets, no sparsity).
@@ -105,6 +106,7 @@ def run(kind: str, args: argparse.Namespace, peak: float) -> dict:
 
 
 def main() -> None:
+    restart_with_malloc_defaults()  # huge pages for malloc, as under t5x-launch
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workloads", default="encdec,dec")
     parser.add_argument("--steps", type=int, default=10)

@@ -38,6 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 import tensorstore as ts
 
+from t5x.launch import restart_with_malloc_defaults
+
 VOCAB, EMB, HEADS, HEAD_DIM, MLP, LAYERS = 32128, 512, 8, 64, 1024, 6
 
 
@@ -201,6 +203,7 @@ def orbax_save_restore(state, root):
 
 
 def main() -> None:
+    restart_with_malloc_defaults()  # huge pages for malloc, as under t5x-launch
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--compression", default="gzip,zstd")

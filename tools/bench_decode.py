@@ -43,6 +43,7 @@ from _peer import Peer
 
 from t5x import decoding
 from t5x.decoding import DecodingState, beam_search, temperature_sample
+from t5x.launch import restart_with_malloc_defaults
 from t5x.models import DecoderOnlyConfig, DecoderOnlyModel, EncoderDecoderModel, T5Config
 
 VOCAB, D, HEADS, HEAD_DIM, MLP = 32128, 512, 8, 64, 1024
@@ -318,6 +319,7 @@ def _print_toy(results: list[dict]) -> None:
 
 
 def main() -> None:
+    restart_with_malloc_defaults()  # huge pages for malloc, as under t5x-launch
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workloads", default="encdec,dec", help="comma-separated: encdec, dec, toy")
     parser.add_argument("--batches", default="8,1")

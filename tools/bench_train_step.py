@@ -11,6 +11,12 @@ of `--steps` timed steps after `--warmup` untimed ones. Tokens/s counts inputs +
 (PaLM convention) against the same-process XLA matmul peak (2048^3 in the row's matmul dtype, median of 5),
 timed right before each workload.
 
+Each workload also lists the step's matrix products (from its jaxpr) and times each alone in
+XLA and, with a peer, the same products as einsums in torch (product by product, alternating).
+Their sum in XLA is the time the step's products take with nothing else around them: as
+long as XLA computes the products, the step cannot be faster than that, whatever else is
+fused or removed.
+
 The optimizer is optax's `adafactor` (factored second moments, update clipping 1.0,
 parameter-scale multiplier; close to T5X's Adafactor defaults) at learning rate 1e-3, since
 `t5x.training` is developed separately.
@@ -43,8 +49,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from _peer import Peer
-from _train_step import compile_train_step, matmul_peak
+from _train_step import compile_train_step, matmul_peak, time_product, train_step_products
 
+from t5x.launch import restart_with_malloc_defaults
 from t5x.models import DecoderOnlyConfig, DecoderOnlyModel, EncoderDecoderModel, T5Config
 
 _ENCDEC = {"name": "ENCDEC-S", "arch": "encdec", "batch": 8, "inputs": 256, "targets": 64}
@@ -96,6 +103,14 @@ def setup(w):
     opt = Adafactor(model.parameters(), lr=1e-3, scale_parameter=True, relative_step=False, warmup_init=False)
     state.update(model=model, opt=opt, batch=batch, autocast=w["matmul_dtype"] == "bfloat16")
     return sum(p.numel() for p in model.parameters())
+def product_seconds(p):
+    dtype = getattr(torch, p["dtype"])
+    a, b = torch.randn(p["lhs"], dtype=dtype), torch.randn(p["rhs"], dtype=dtype)
+    torch.einsum(p["einsum"], a, b)
+    times = []
+    for _ in range(3):
+        t = time.perf_counter(); torch.einsum(p["einsum"], a, b); times.append(time.perf_counter() - t)
+    return statistics.median(times)
 def step():
     t = time.perf_counter()
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=state["autocast"]):
@@ -112,6 +127,8 @@ for line in sys.stdin:
         reply({"params": n, "first_step_s": time.perf_counter() - t, "loss": loss, "threads": torch.get_num_threads()})
     elif cmd["op"] == "step":
         s, loss = step(); reply({"s": s, "loss": loss})
+    elif cmd["op"] == "product":
+        reply({"s": product_seconds(cmd["product"])})
     else:
         break
 """
@@ -146,17 +163,37 @@ def build(kind: str) -> tuple[object, dict, int]:
     return model, batch, w["batch"] * w["length"]
 
 
+def matmul_floor(model: object, batch: dict, peer: Peer | None) -> list[dict]:
+    """The step's matrix products, each timed alone in XLA (and in torch), one after the other.
+
+    Their sum is the time the step's products take in XLA with nothing else in the step: a
+    floor for the step as long as XLA computes its products. The peer times the same
+    products (same shapes, same operand layouts, as einsums) in torch.
+    """
+    products = train_step_products(model, batch)
+    for p in products:
+        p["xla_s"] = time_product(p)
+        if peer is not None:
+            p["peer_s"] = peer.ask(
+                op="product", product={k: p[k] for k in ("lhs", "rhs", "dtype", "einsum")}
+            )["s"]
+        p["dims"] = [list(map(list, pair)) for pair in p["dims"]]
+    return products
+
+
 def run_workload(kind: str, args: argparse.Namespace, peer: Peer | None) -> dict:
     model, batch, tokens = build(kind)
     lengths = {k: v.shape[1] for k, v in batch.items()}
     peak_dtype = WORKLOADS[kind]["matmul_dtype"] or "float32"
+    peer_info = {}
+    if peer is not None:
+        # First: it also waits for the peer's imports, which would slow our peak's products.
+        peer_info["peak_flops"] = peer.ask(op="peak", dtype=peak_dtype)["flops"]
     peak = matmul_peak(2048, jnp.dtype(peak_dtype))
     float32_peak = peak if peak_dtype == "float32" else matmul_peak(2048, jnp.float32)
     compiled, params, opt_state, batch, compile_s = compile_train_step(model, batch)
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(params))
-    peer_info = {}
     if peer is not None:
-        peer_info["peak_flops"] = peer.ask(op="peak", dtype=peak_dtype)["flops"]
         peer_info.update(peer.ask(op="setup", workload=WORKLOADS[kind]))
     for _ in range(args.warmup):
         params, opt_state, loss = compiled(params, opt_state, batch)
@@ -174,6 +211,7 @@ def run_workload(kind: str, args: argparse.Namespace, peer: Peer | None) -> dict
             theirs.append(peer.ask(op="step")["s"])
     flops_per_token = model.flops_per_token(lengths)
     step_s = statistics.median(ours)
+    products = matmul_floor(model, batch, peer)
     result = {
         "workload": WORKLOADS[kind]["name"],
         "precision": PRECISION[WORKLOADS[kind]["matmul_dtype"]],
@@ -188,6 +226,9 @@ def run_workload(kind: str, args: argparse.Namespace, peer: Peer | None) -> dict
         "mfu": flops_per_token * tokens / step_s / peak,
         "mfu_float32_peak": flops_per_token * tokens / step_s / float32_peak,
         "losses": losses,
+        "products": products,
+        "matmul_floor_s": sum(p["count"] * p["xla_s"] for p in products),
+        "matmul_tflop": sum(p["count"] * p["flops"] for p in products) / 1e12,
     }
     if theirs:
         peer_step = statistics.median(theirs)
@@ -199,12 +240,14 @@ def run_workload(kind: str, args: argparse.Namespace, peer: Peer | None) -> dict
             "torch_matmul_peak_gflops": peer_info["peak_flops"] / 1e9,
             "mfu_own_peak": flops_per_token * tokens / peer_step / peer_info["peak_flops"],
             "threads": peer_info["threads"],
+            "torch_matmul_floor_s": sum(p["count"] * p["peer_s"] for p in products),
         }
         result["speedup_vs_peer"] = peer_step / step_s
     return result
 
 
 def main() -> None:
+    restart_with_malloc_defaults()  # huge pages for malloc, as under t5x-launch
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--steps", type=int, default=5)
@@ -241,6 +284,11 @@ def main() -> None:
                 f"{p['torch_matmul_peak_gflops']:10.1f} {p['first_step_s']:10.1f}"
             )
             print(f"{'':33} ours/peer tokens/s = {r['speedup_vs_peer']:.2f}x")
+        print(
+            f"{'':33} the step's {sum(p['count'] for p in r['products'])} matrix products "
+            f"({r['matmul_tflop']:.2f} TFLOP), each alone: XLA {r['matmul_floor_s']:.2f} s"
+            + (f", torch {r['peer']['torch_matmul_floor_s']:.2f} s" if "peer" in r else "")
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"loadavg": load, "results": results}, f, indent=1)

@@ -20,6 +20,7 @@ from t5x.launch._gin_config import (
     split_gin_flags,
     write_config_gin,
 )
+from t5x.launch._malloc import restart_with_malloc_defaults
 from t5x.launch._xla_flags import add_xla_defaults
 
 DEMO_GIN = "runs/demo.gin"
@@ -445,7 +446,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs ``t5x-launch``; returns the exit code."""
+    """Runs ``t5x-launch``; returns the exit code.
+
+    Started as a program (``argv`` None), it first re-executes itself with huge pages for
+    malloc (:mod:`t5x.launch._malloc`) where that is new to the environment.
+    """
+    if argv is None:
+        restart_with_malloc_defaults()
     argv = list(sys.argv[1:] if argv is None else argv)
     add_xla_defaults(os.environ)
     launcher = bool(argv) and argv[0] in ("local", "tpu", "cache-tasks")
