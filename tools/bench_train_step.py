@@ -21,7 +21,8 @@ The optimizer is optax's `adafactor` (factored second moments, update clipping 1
 parameter-scale multiplier; close to T5X's Adafactor defaults) at learning rate 1e-3, since
 `t5x.training` is developed separately.
 
-XLA keeps its own defaults (YNNPACK on). `t5x-launch` turns YNNPACK off for its jobs
+XLA keeps its own defaults (YNNPACK on); the process runs with glibc's `malloc.hugetlb=1`, as
+`t5x-launch` jobs do (it re-executes itself to set it; the peer inherits it). `t5x-launch` turns YNNPACK off for its jobs
 (`t5x.launch.add_xla_defaults`; float32 steps are as fast either way); the bf16 rows need it on
 (`--xla_cpu_experimental_ynn_fusion_type=individual_dot` under `t5x-launch`).
 
