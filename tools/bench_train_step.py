@@ -22,9 +22,10 @@ parameter-scale multiplier; close to T5X's Adafactor defaults) at learning rate 
 `t5x.training` is developed separately.
 
 XLA keeps its own defaults (YNNPACK on); the process runs with glibc's `malloc.hugetlb=1`, as
-`t5x-launch` jobs do (it re-executes itself to set it; the peer inherits it). `t5x-launch` turns YNNPACK off for its jobs
-(`t5x.launch.add_xla_defaults`; float32 steps are as fast either way); the bf16 rows need it on
-(`--xla_cpu_experimental_ynn_fusion_type=individual_dot` under `t5x-launch`).
+`t5x-launch` jobs do (it re-executes itself to set it; the peer inherits it). `t5x-launch`
+turns YNNPACK off for its jobs (`t5x.launch.add_xla_defaults`; float32 steps are as fast
+either way); the bf16 rows need it on (`--xla_cpu_experimental_ynn_fusion_type=individual_dot`
+under `t5x-launch`).
 
 With `--peer-python` (an interpreter with torch + transformers), the same workloads run in
 Hugging Face `transformers` on PyTorch CPU in a separate process: `T5ForConditionalGeneration`
