@@ -13,9 +13,9 @@ timed right before each workload.
 
 Each workload also lists the step's matrix products (from its jaxpr) and times each alone in
 XLA and, with a peer, the same products as einsums in torch (product by product, alternating).
-Their sum in XLA is the time the step's products take with nothing else around them: as
-long as XLA computes the products, the step cannot be faster than that, whatever else is
-fused or removed.
+Their sum in XLA is what the step's products cost with nothing else around them: roughly
+the least a step made of these products can take in XLA, whatever else is fused or removed
+(inside the step a product can run a little faster or slower than alone).
 
 The optimizer is optax's `adafactor` (factored second moments, update clipping 1.0,
 parameter-scale multiplier; close to T5X's Adafactor defaults) at learning rate 1e-3, since
@@ -168,8 +168,8 @@ def build(kind: str) -> tuple[object, dict, int]:
 def matmul_floor(model: object, batch: dict, peer: Peer | None) -> list[dict]:
     """The step's matrix products, each timed alone in XLA (and in torch), one after the other.
 
-    Their sum is the time the step's products take in XLA with nothing else in the step: a
-    floor for the step as long as XLA computes its products. The peer times the same
+    Their sum is what the step's products cost in XLA with nothing else around them, roughly
+    the least the step can take while XLA computes these products. The peer times the same
     products (same shapes, same operand layouts, as einsums) in torch.
     """
     products = train_step_products(model, batch)
