@@ -78,6 +78,8 @@ def test_dense_is_the_plain_product_with_the_same_gradients(xs):
 def test_dense_names_mismatched_shapes():
     with pytest.raises(ValueError, match=r"dense: x \(3, 4\) and kernel \(5, 7\)"):
         dense(jnp.ones((3, 4)), jnp.ones((5, 7)))
+    with pytest.raises(ValueError, match=r"dense: x \(3, 4\) and kernel \(\)"):
+        dense(jnp.ones((3, 4)), jnp.ones(()))
 
 
 def test_matmul_dtype_is_validated_and_canonical():
