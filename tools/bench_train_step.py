@@ -179,7 +179,6 @@ def matmul_floor(model: object, batch: dict, peer: Peer | None) -> list[dict]:
             p["peer_s"] = peer.ask(
                 op="product", product={k: p[k] for k in ("lhs", "rhs", "dtype", "einsum")}
             )["s"]
-        p["dims"] = [list(map(list, pair)) for pair in p["dims"]]
     return products
 
 

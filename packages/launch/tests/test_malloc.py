@@ -19,12 +19,12 @@ print(re.search(r"AnonHugePages:\\s+(\\d+) kB", text).group(1))
 """
 
 
-def _run(code: str, tunables: str | None, *args: str) -> subprocess.CompletedProcess:
+def _run(code: str, tunables: str | None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
     if tunables is not None:
         env["GLIBC_TUNABLES"] = tunables
     return subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=120, check=True
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True
     )
 
 
