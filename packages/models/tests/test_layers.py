@@ -51,6 +51,19 @@ def test_relative_position_bias_gathers_table_by_bucket():
     np.testing.assert_array_equal(causal[0, :, 1, 4], table[:, 0])
 
 
+def test_relative_bias_rows_on_demand_are_rows_of_the_full_bias():
+    module = RelativePositionBiases(num_buckets=8, max_distance=16, num_heads=3)
+    variables = module.init(jax.random.PRNGKey(0), 6, 6, False)
+    full = np.asarray(module.apply(variables, 6, 6, False))
+    lazy = module.apply(variables, 6, 6, False, rows_on_demand=True)
+    np.testing.assert_array_equal(np.asarray(lazy.full()), full)
+    # One row per example; a position past the end reads the last row.
+    rows = np.asarray(lazy.rows(jnp.array([4, 0, 9])))
+    assert rows.shape == (3, 3, 1, 6)
+    for i, position in enumerate([4, 0, 5]):
+        np.testing.assert_array_equal(rows[i, :, 0], full[0, :, position])
+
+
 def test_packed_prefix_lm_decoder_mask():
     # Two packed prefix-LM examples: inputs [6, 7] -> 8 and [3, 4] -> 5, then padding.
     targets = np.array([[6, 7, 8, 3, 4, 5, 0]])

@@ -171,9 +171,9 @@ def test_remat_policies_give_same_loss_and_gradients():
         jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), grad, want_grad)
 
 
-@pytest.mark.parametrize("scan", [False, True])
-def test_encdec_cached_decoding_matches_full_logits(scan):
-    cfg = preset("t5_1_1_tiny", vocab_size=40, scan_layers=scan)
+@pytest.mark.parametrize(("scan", "per_layer"), [(False, False), (True, False), (False, True)])
+def test_encdec_cached_decoding_matches_full_logits(scan, per_layer):
+    cfg = preset("t5_1_1_tiny", vocab_size=40, scan_layers=scan, per_layer_relpos_bias=per_layer)
     batch = _encdec_batch(np.random.default_rng(2), 40, padded=False)
     model = EncoderDecoderModel(cfg)
     shapes = {k: v.shape for k, v in batch.items()}

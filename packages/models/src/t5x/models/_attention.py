@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from t5x.models._layers import DenseGeneral, combine_masks, constrain, nd_init
+from t5x.models._layers import DenseGeneral, RelativeBias, combine_masks, constrain, nd_init
 from t5x.models._matmul import dot_general
 
 
@@ -157,7 +157,7 @@ class MultiHeadDotProductAttention(nn.Module):
         inputs_q: jax.Array,
         inputs_kv: jax.Array,
         mask: jax.Array | None = None,
-        bias: jax.Array | None = None,
+        bias: jax.Array | RelativeBias | None = None,
         *,
         decode: bool = False,
         deterministic: bool = False,
@@ -171,8 +171,8 @@ class MultiHeadDotProductAttention(nn.Module):
           inputs_kv: keys' and values' inputs.
           mask: ``[batch, 1, q_len, kv_len]`` 0/1, or None.
           bias: ``[1 or batch, heads, q_len, kv_len]`` additive bias (relative
-            positions); during single-step decoding it spans the whole cache and
-            the row of the current position is taken.
+            positions), or a ``RelativeBias``; during single-step decoding it
+            spans the whole cache and the row of the current position is taken.
           decode: single-step decoding against the cache (the first call, under
             ``init``, only creates the cache).
           deterministic: disables dropout.
@@ -265,10 +265,14 @@ class MultiHeadDotProductAttention(nn.Module):
                     key, value, cache_layout = full_key, full_value, True
                     visible = jnp.arange(length)[None, None, None, :] <= cur[:, None, None, None]
                     mask = combine_masks(mask, jnp.broadcast_to(visible, (batch, 1, 1, length)))
-                    if bias is not None:
+                    if isinstance(bias, RelativeBias):
+                        bias = bias.rows(cur)  # [1 or batch, heads, 1, length]
+                    elif bias is not None:
                         # Row `cur` of the full-length bias, per example when the index is per example.
                         rows = jnp.take(bias[0], cur, axis=1)  # [heads, 1 or batch, length]
                         bias = jnp.transpose(rows, (1, 0, 2))[:, :, None, :]
+        if isinstance(bias, RelativeBias):
+            bias = bias.full()
 
         attention_bias = _mask_to_bias(mask, self.dtype) if mask is not None else None
         if bias is not None:

@@ -7,6 +7,7 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -216,8 +217,14 @@ class RelativePositionBiases(nn.Module):
     embedding_init: Initializer = nn.initializers.variance_scaling(1.0, "fan_avg", "uniform")
 
     @nn.compact
-    def __call__(self, qlen: int, klen: int, bidirectional: bool = True) -> jax.Array:
-        """Returns the attention bias ``[1, heads, qlen, klen]``."""
+    def __call__(
+        self, qlen: int, klen: int, bidirectional: bool = True, *, rows_on_demand: bool = False
+    ) -> jax.Array | RelativeBias:
+        """Returns the attention bias ``[1, heads, qlen, klen]``.
+
+        With ``rows_on_demand`` it returns the same bias as a :class:`RelativeBias`,
+        from which a decoding step reads only its query's row.
+        """
         table = param_with_axes(
             "rel_embedding",
             self.embedding_init,
@@ -227,7 +234,33 @@ class RelativePositionBiases(nn.Module):
         )
         rel = np.arange(klen)[None, :] - np.arange(qlen)[:, None]
         buckets = relative_position_bucket(rel, bidirectional, self.num_buckets, self.max_distance)
-        return jnp.asarray(table, self.dtype)[:, buckets][None]
+        bias = RelativeBias(jnp.asarray(table, self.dtype), jnp.asarray(buckets))
+        return bias if rows_on_demand else bias.full()
+
+
+@flax.struct.dataclass
+class RelativeBias:
+    """A relative-position bias kept as its table and bucket ids.
+
+    A decoding step needs one row of the ``[qlen, klen]`` bias per example; gathering
+    only those rows spares building the whole bias at every step.
+
+    Attributes:
+      table: ``[heads, num_buckets]``.
+      buckets: ``[qlen, klen]`` bucket ids.
+    """
+
+    table: jax.Array
+    buckets: jax.Array
+
+    def full(self) -> jax.Array:
+        """The whole bias, ``[1, heads, qlen, klen]``."""
+        return self.table[:, self.buckets][None]
+
+    def rows(self, positions: jax.Array) -> jax.Array:
+        """``[n, heads, 1, klen]``: the rows of query ``positions [n]`` (clamped to the table)."""
+        ids = jnp.take(self.buckets, positions, axis=0, mode="clip")  # [n, klen]
+        return jnp.transpose(self.table[:, ids], (1, 0, 2))[:, :, None, :]
 
 
 def activation(name: str) -> Callable[[jax.Array], jax.Array]:

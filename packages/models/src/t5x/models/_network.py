@@ -10,7 +10,15 @@ import jax.numpy as jnp
 from flax.linen import partitioning as nn_partitioning
 
 from t5x.models._attention import MultiHeadDotProductAttention
-from t5x.models._layers import DenseGeneral, Embed, LayerNorm, MlpBlock, RelativePositionBiases, constrain
+from t5x.models._layers import (
+    DenseGeneral,
+    Embed,
+    LayerNorm,
+    MlpBlock,
+    RelativeBias,
+    RelativePositionBiases,
+    constrain,
+)
 
 _BLC = ("batch", "length", "embed")
 
@@ -95,7 +103,7 @@ class DecoderLayer(nn.Module):
         encoded: jax.Array | None,
         decoder_mask: jax.Array | None,
         encoder_decoder_mask: jax.Array | None,
-        bias: jax.Array | None,
+        bias: jax.Array | RelativeBias | None,
         deterministic: bool,
         decode: bool,
         max_decode_length: int | None,
@@ -106,7 +114,7 @@ class DecoderLayer(nn.Module):
         cfg = self.config
         if cfg.per_layer_relpos_bias:
             length = int(max_decode_length) if decode and max_decode_length else inputs.shape[-2]
-            bias = relpos_module(cfg)(length, length, False)
+            bias = relpos_module(cfg)(length, length, False, rows_on_demand=decode)
         inputs = constrain(inputs, _BLC)
         x = LayerNorm(dtype=cfg.dtype, name="pre_self_attention_layer_norm")(inputs)
         x = _attention(cfg, "self_attention")(
@@ -238,7 +246,10 @@ class Decoder(nn.Module):
         if decode and not max_decode_length:
             raise ValueError("decoding step by step needs max_decode_length (the cache length)")
         length = int(max_decode_length) if decode and max_decode_length else decoder_input_tokens.shape[-1]
-        bias = None if cfg.per_layer_relpos_bias else relpos_module(cfg)(length, length, False)
+        # A decoding step reads one row of the bias per example: built on demand.
+        bias = None
+        if not cfg.per_layer_relpos_bias:
+            bias = relpos_module(cfg)(length, length, False, rows_on_demand=decode)
         embedding = self.shared_embedding
         if embedding is None:
             embedding = Embed(
