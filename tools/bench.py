@@ -3,7 +3,9 @@
 Runs the per-workload programs of `tools/` in subprocesses (each alternates ours
 and the peer's runs and reports medians), checks the machine's load before each
 measurement, and prints one table — workload, config, unit, ours, peer,
-peer_name, ratio — with the load seen before each row's measurement. `ratio` is
+peer_name, ratio — with the load seen before each row's measurement and the share
+of CPU time the host stole from this machine while the row's workload ran (a
+virtual machine's load average does not show it). `ratio` is
 always "ours is this many times faster" (ours/peer for rates, peer/ours for
 times), so > 1 means we win.
 
@@ -49,7 +51,7 @@ WORKLOADS = ("train-step", "data-lm", "data-span", "decode", "checkpoint")
 PEER_OF = {"train-step": "hf", "data-lm": "seqio", "data-span": "seqio", "decode": "hf", "checkpoint": None}
 BUSY_FACTOR = 1.0  # a 1-minute load above this many runnable tasks per CPU is reported as busy
 
-Row = dict  # {workload, config, unit, ours, peer, peer_name, ratio, load}
+Row = dict  # {workload, config, unit, ours, peer, peer_name, ratio, load, steal}
 
 
 def _row(workload: str, config: str, unit: str, ours: float, peer: float | None, peer_name: str | None,
@@ -74,6 +76,27 @@ def check_load(wait_s: float, log: Callable[[str], None]) -> tuple[float, float,
     if load[0] > BUSY_FACTOR * cpus:
         log(f"  warning: load average {load[0]:.1f} on {cpus} CPUs; figures will be noisy")
     return load
+
+
+def cpu_times() -> list[int] | None:
+    """The machine's CPU time counters (``/proc/stat``'s ``cpu`` line), or None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            return [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+
+
+def stolen_share(before: list[int] | None, after: list[int] | None) -> float | None:
+    """Share of CPU time the hypervisor gave other guests between two :func:`cpu_times`.
+
+    A virtual machine's load average does not show it, yet it slows every figure: the
+    8th counter is ``steal``; guest time (9th and 10th) is already counted in ``user``.
+    """
+    if not before or not after or len(before) < 8:
+        return None
+    spent = [b - a for a, b in zip(before[:8], after[:8], strict=True)]
+    return spent[7] / sum(spent) if sum(spent) > 0 else None
 
 
 def _run_tool(script: str, args: list[str], log: Callable[[str], None], timeout: float) -> dict:
@@ -242,10 +265,11 @@ def _fmt(value: float | None) -> str:
 
 
 def format_table(rows: list[Row]) -> str:
-    header = ("workload", "config", "unit", "ours", "peer", "peer_name", "ratio", "load 1m")
+    header = ("workload", "config", "unit", "ours", "peer", "peer_name", "ratio", "load 1m", "steal")
     cells = [
         (r["workload"], r["config"], r["unit"], _fmt(r["ours"]), _fmt(r["peer"]), r["peer_name"] or "-",
-         f"{r['ratio']:.2f}x" if r["ratio"] else "-", f"{r['load'][0]:.1f}")
+         f"{r['ratio']:.2f}x" if r["ratio"] else "-", f"{r['load'][0]:.1f}",
+         "-" if r.get("steal") is None else f"{100 * r['steal']:.0f}%")
         for r in rows
     ]  # fmt: skip
     widths = [max(len(str(c[i])) for c in [header, *cells]) for i in range(len(header))]
@@ -351,10 +375,15 @@ def main(argv: list[str] | None = None) -> int:
         log(
             f"[{workload}] load average {tuple(round(x, 2) for x in load)}; peer: {wanted if wanted in peers else 'none'}"
         )
+        before = cpu_times()
         try:
-            rows += runners[workload](
+            measured = runners[workload](
                 peers.get(wanted) if wanted else None, args.quick, load, log, args.timeout
             )
+            steal = stolen_share(before, cpu_times())
+            rows += [{**row, "steal": steal} for row in measured]
+            if steal is not None:
+                log(f"[{workload}] CPU time stolen by the host while it ran: {100 * steal:.1f}%")
         except (RuntimeError, subprocess.TimeoutExpired, KeyError) as error:
             failures[workload] = f"{type(error).__name__}: {error}"
             log(f"[{workload}] FAILED: {failures[workload]}")
