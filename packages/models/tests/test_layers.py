@@ -55,7 +55,7 @@ def test_relative_bias_rows_on_demand_are_rows_of_the_full_bias():
     module = RelativePositionBiases(num_buckets=8, max_distance=16, num_heads=3)
     variables = module.init(jax.random.PRNGKey(0), 6, 6, False)
     full = np.asarray(module.apply(variables, 6, 6, False))
-    lazy = module.apply(variables, 6, 6, False, rows_on_demand=True)
+    lazy = module.apply(variables, 6, 6, False, method="lazy")
     np.testing.assert_array_equal(np.asarray(lazy.full()), full)
     # One row per example; a position past the end reads the last row.
     rows = np.asarray(lazy.rows(jnp.array([4, 0, 9])))

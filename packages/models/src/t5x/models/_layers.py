@@ -216,26 +216,24 @@ class RelativePositionBiases(nn.Module):
     dtype: Any = jnp.float32
     embedding_init: Initializer = nn.initializers.variance_scaling(1.0, "fan_avg", "uniform")
 
-    @nn.compact
-    def __call__(
-        self, qlen: int, klen: int, bidirectional: bool = True, *, rows_on_demand: bool = False
-    ) -> jax.Array | RelativeBias:
-        """Returns the attention bias ``[1, heads, qlen, klen]``.
-
-        With ``rows_on_demand`` it returns the same bias as a :class:`RelativeBias`,
-        from which a decoding step reads only its query's row.
-        """
-        table = param_with_axes(
+    def setup(self) -> None:
+        self.rel_embedding = param_with_axes(
             "rel_embedding",
             self.embedding_init,
             (self.num_heads, self.num_buckets),
             jnp.float32,
             axes=("heads", "relpos_buckets"),
         )
+
+    def __call__(self, qlen: int, klen: int, bidirectional: bool = True) -> jax.Array:
+        """Returns the attention bias ``[1, heads, qlen, klen]``."""
+        return self.lazy(qlen, klen, bidirectional).full()
+
+    def lazy(self, qlen: int, klen: int, bidirectional: bool = True) -> RelativeBias:
+        """The same bias as a :class:`RelativeBias`: a decoding step reads only its rows."""
         rel = np.arange(klen)[None, :] - np.arange(qlen)[:, None]
         buckets = relative_position_bucket(rel, bidirectional, self.num_buckets, self.max_distance)
-        bias = RelativeBias(jnp.asarray(table, self.dtype), jnp.asarray(buckets))
-        return bias if rows_on_demand else bias.full()
+        return RelativeBias(jnp.asarray(self.rel_embedding, self.dtype), jnp.asarray(buckets))
 
 
 @flax.struct.dataclass

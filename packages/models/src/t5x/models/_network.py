@@ -114,7 +114,8 @@ class DecoderLayer(nn.Module):
         cfg = self.config
         if cfg.per_layer_relpos_bias:
             length = int(max_decode_length) if decode and max_decode_length else inputs.shape[-2]
-            bias = relpos_module(cfg)(length, length, False, rows_on_demand=decode)
+            relpos = relpos_module(cfg)
+            bias = relpos.lazy(length, length, False) if decode else relpos(length, length, False)
         inputs = constrain(inputs, _BLC)
         x = LayerNorm(dtype=cfg.dtype, name="pre_self_attention_layer_norm")(inputs)
         x = _attention(cfg, "self_attention")(
@@ -247,9 +248,10 @@ class Decoder(nn.Module):
             raise ValueError("decoding step by step needs max_decode_length (the cache length)")
         length = int(max_decode_length) if decode and max_decode_length else decoder_input_tokens.shape[-1]
         # A decoding step reads one row of the bias per example: built on demand.
-        bias = None
+        bias: jax.Array | RelativeBias | None = None
         if not cfg.per_layer_relpos_bias:
-            bias = relpos_module(cfg)(length, length, False, rows_on_demand=decode)
+            relpos = relpos_module(cfg)
+            bias = relpos.lazy(length, length, False) if decode else relpos(length, length, False)
         embedding = self.shared_embedding
         if embedding is None:
             embedding = Embed(
