@@ -34,6 +34,12 @@ def relpos_module(cfg: Any, name: str = "relpos_bias") -> RelativePositionBiases
     )
 
 
+def _causal_relpos_bias(cfg: Any, length: int, decode: bool) -> jax.Array | RelativeBias:
+    """A decoder's causal relative-position bias; lazy when decoding (a step reads only its rows)."""
+    relpos = relpos_module(cfg)
+    return relpos.lazy(length, length, False) if decode else relpos(length, length, False)
+
+
 def _attention(cfg: Any, name: str) -> MultiHeadDotProductAttention:
     return MultiHeadDotProductAttention(
         num_heads=cfg.num_heads,
@@ -114,8 +120,7 @@ class DecoderLayer(nn.Module):
         cfg = self.config
         if cfg.per_layer_relpos_bias:
             length = int(max_decode_length) if decode and max_decode_length else inputs.shape[-2]
-            relpos = relpos_module(cfg)
-            bias = relpos.lazy(length, length, False) if decode else relpos(length, length, False)
+            bias = _causal_relpos_bias(cfg, length, decode)
         inputs = constrain(inputs, _BLC)
         x = LayerNorm(dtype=cfg.dtype, name="pre_self_attention_layer_norm")(inputs)
         x = _attention(cfg, "self_attention")(
@@ -247,11 +252,7 @@ class Decoder(nn.Module):
         if decode and not max_decode_length:
             raise ValueError("decoding step by step needs max_decode_length (the cache length)")
         length = int(max_decode_length) if decode and max_decode_length else decoder_input_tokens.shape[-1]
-        # A decoding step reads one row of the bias per example: built on demand.
-        bias: jax.Array | RelativeBias | None = None
-        if not cfg.per_layer_relpos_bias:
-            relpos = relpos_module(cfg)
-            bias = relpos.lazy(length, length, False) if decode else relpos(length, length, False)
+        bias = None if cfg.per_layer_relpos_bias else _causal_relpos_bias(cfg, length, decode)
         embedding = self.shared_embedding
         if embedding is None:
             embedding = Embed(
