@@ -20,9 +20,9 @@ data-span; orbax runs in our interpreter for checkpoint (when orbax-checkpoint i
 installed there). Without a peer a workload reports ours alone. `--json` writes
 the list of rows.
 
-Every program here runs the way `t5x-launch` runs jobs as far as the process goes: with
-glibc's `malloc.hugetlb=1` tunable (huge pages for large buffers; `t5x.launch._malloc`).
-The peers start from the same environment, so they run with it too.
+Every program here runs the way `t5x-launch` runs jobs as far as the process goes: with its
+glibc malloc tunables (huge pages, and freed memory kept for reuse; `t5x.launch._malloc`).
+The peers start from the same environment, so they run with them too.
 
 On an accelerator (`--device accelerator`, or `auto` when JAX's default backend is
 not the CPU) train-step measures ENCDEC-LARGE and DEC-1B in bfloat16 with

@@ -106,7 +106,7 @@ def run(kind: str, args: argparse.Namespace, peak: float) -> dict:
 
 
 def main() -> None:
-    restart_with_malloc_defaults()  # huge pages for malloc, as under t5x-launch
+    restart_with_malloc_defaults()  # glibc malloc settings, as under t5x-launch
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workloads", default="encdec,dec")
     parser.add_argument("--steps", type=int, default=10)

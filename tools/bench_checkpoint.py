@@ -203,7 +203,7 @@ def orbax_save_restore(state, root):
 
 
 def main() -> None:
-    restart_with_malloc_defaults()  # huge pages for malloc, as under t5x-launch
+    restart_with_malloc_defaults()  # glibc malloc settings, as under t5x-launch
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--compression", default="gzip,zstd")

@@ -319,7 +319,7 @@ def _print_toy(results: list[dict]) -> None:
 
 
 def main() -> None:
-    restart_with_malloc_defaults()  # huge pages for malloc, as under t5x-launch
+    restart_with_malloc_defaults()  # glibc malloc settings, as under t5x-launch
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workloads", default="encdec,dec", help="comma-separated: encdec, dec, toy")
     parser.add_argument("--batches", default="8,1")

@@ -21,8 +21,9 @@ The optimizer is optax's `adafactor` (factored second moments, update clipping 1
 parameter-scale multiplier; close to T5X's Adafactor defaults) at learning rate 1e-3, since
 `t5x.training` is developed separately.
 
-XLA keeps its own defaults (YNNPACK on); the process runs with glibc's `malloc.hugetlb=1`, as
-`t5x-launch` jobs do (it re-executes itself to set it; the peer inherits it). `t5x-launch`
+XLA keeps its own defaults (YNNPACK on); the process runs with the glibc malloc settings
+`t5x-launch` jobs get (huge pages, freed memory kept; it re-executes itself to set them; the
+peer inherits them). `t5x-launch`
 turns YNNPACK off for its jobs (`t5x.launch.add_xla_defaults`; float32 steps are as fast
 either way); the bf16 rows need it on (`--xla_cpu_experimental_ynn_fusion_type=individual_dot`
 under `t5x-launch`).
@@ -248,7 +249,7 @@ def run_workload(kind: str, args: argparse.Namespace, peer: Peer | None) -> dict
 
 
 def main() -> None:
-    restart_with_malloc_defaults()  # huge pages for malloc, as under t5x-launch
+    restart_with_malloc_defaults()  # glibc malloc settings, as under t5x-launch
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--steps", type=int, default=5)

@@ -1,10 +1,12 @@
-"""Huge pages for malloc: the tunable is added once, never over a user's own, and takes effect."""
+"""malloc defaults: added once, never over a user's own, and in effect."""
 
 import os
 import subprocess
 import sys
 
-from t5x.launch._malloc import TUNABLE, add_malloc_defaults, hugepages_supported
+from t5x.launch._malloc import DEFAULTS, HUGEPAGES, add_malloc_defaults, hugepages_supported
+
+ALL_DEFAULTS = ":".join(f"{name}={value}" for name, value in DEFAULTS.items())
 
 # Allocates 64 MiB with libc's malloc (numpy would ask for huge pages itself), writes it,
 # and prints the process's anonymous huge-page total in KiB.
@@ -28,24 +30,31 @@ def _run(code: str, tunables: str | None) -> subprocess.CompletedProcess:
     )
 
 
-def test_the_tunable_is_added_after_others_and_only_once():
-    env = {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}
+def test_the_tunables_are_added_after_others_and_only_once():
+    env = {"GLIBC_TUNABLES": "glibc.malloc.tcache_count=10"}
     assert add_malloc_defaults(env)
-    assert env["GLIBC_TUNABLES"] == f"glibc.malloc.arena_max=2:{TUNABLE}=1"
+    assert env["GLIBC_TUNABLES"] == f"glibc.malloc.tcache_count=10:{ALL_DEFAULTS}"
     assert not add_malloc_defaults(env)
-    assert env["GLIBC_TUNABLES"] == f"glibc.malloc.arena_max=2:{TUNABLE}=1"
+    assert env["GLIBC_TUNABLES"] == f"glibc.malloc.tcache_count=10:{ALL_DEFAULTS}"
     empty: dict[str, str] = {}
     assert add_malloc_defaults(empty)
-    assert empty == {"GLIBC_TUNABLES": f"{TUNABLE}=1"}
+    assert empty == {"GLIBC_TUNABLES": ALL_DEFAULTS}
 
 
-def test_a_users_own_setting_wins():
-    env = {"GLIBC_TUNABLES": f"{TUNABLE}=0"}
-    assert not add_malloc_defaults(env)
-    assert env == {"GLIBC_TUNABLES": f"{TUNABLE}=0"}
+def test_a_users_own_settings_win():
+    env = {"GLIBC_TUNABLES": f"{HUGEPAGES}=0:glibc.malloc.arena_max=4"}
+    assert add_malloc_defaults(env)
+    assert env["GLIBC_TUNABLES"].split(":") == [
+        f"{HUGEPAGES}=0",
+        "glibc.malloc.arena_max=4",
+        "glibc.malloc.mmap_max=0",
+        f"glibc.malloc.trim_threshold={DEFAULTS['glibc.malloc.trim_threshold']}",
+    ]
+    everything = {"GLIBC_TUNABLES": ALL_DEFAULTS.replace(f"{HUGEPAGES}=1", f"{HUGEPAGES}=0")}
+    assert not add_malloc_defaults(everything)
 
 
-def test_the_launcher_restarts_itself_with_the_tunable():
+def test_the_launcher_restarts_itself_with_the_tunables():
     # `-c` code runs again after the re-exec: the first line is printed before, the second after.
     code = (
         "import os, sys; print(os.environ.get('GLIBC_TUNABLES')); sys.argv = ['t5x-launch', '--help']; "
@@ -53,20 +62,46 @@ def test_the_launcher_restarts_itself_with_the_tunable():
     )
     lines = _run(code, None).stdout.splitlines()
     if hugepages_supported():
-        assert lines[:2] == ["None", f"{TUNABLE}=1"]
+        assert lines[:2] == ["None", ALL_DEFAULTS]
     else:
-        assert lines[0] == "None" and lines[1] != f"{TUNABLE}=1"
+        assert lines[0] == "None" and lines[1] != ALL_DEFAULTS
     assert any("usage:" in line for line in lines)
     # With the user's own choice in place it runs once, unchanged.
-    lines = _run(code, f"{TUNABLE}=0").stdout.splitlines()
-    assert lines[0] == f"{TUNABLE}=0" and lines[1] != f"{TUNABLE}=0"
+    lines = _run(code, ALL_DEFAULTS).stdout.splitlines()
+    assert lines[0] == ALL_DEFAULTS and lines[1] != ALL_DEFAULTS
 
 
 def test_large_allocations_get_huge_pages_with_the_tunable():
-    with_tunable = int(_run(_TOUCH_AND_REPORT, f"{TUNABLE}=1").stdout)
-    without = int(_run(_TOUCH_AND_REPORT, f"{TUNABLE}=0").stdout)
+    with_tunable = int(_run(_TOUCH_AND_REPORT, f"{HUGEPAGES}=1").stdout)
+    without = int(_run(_TOUCH_AND_REPORT, f"{HUGEPAGES}=0").stdout)
     if hugepages_supported():
         assert with_tunable >= 32 << 10, (with_tunable, without)
         assert without < with_tunable
     else:
         assert with_tunable == without
+
+
+# Writes 256 MiB from libc's malloc, frees it, does it again, and prints the page faults of
+# the second round: the first round's pages are reused only if malloc kept them.
+_REALLOCATE_AND_COUNT_FAULTS = """
+import ctypes, resource
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+size = 256 << 20
+def round_trip():
+    block = libc.malloc(size)
+    ctypes.memset(block, 1, size)
+    libc.free(block)
+round_trip()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+round_trip()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def test_freed_memory_is_reused_without_page_faults():
+    kept = int(_run(_REALLOCATE_AND_COUNT_FAULTS, ALL_DEFAULTS).stdout)
+    returned = int(_run(_REALLOCATE_AND_COUNT_FAULTS, f"{HUGEPAGES}=1").stdout)
+    # Huge pages or not, a fresh 256 MiB mapping takes at least 128 faults to write.
+    assert kept < 16 and returned >= 128, (kept, returned)

@@ -448,8 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs ``t5x-launch``; returns the exit code.
 
-    Started as a program (``argv`` None), it first re-executes itself with huge pages for
-    malloc (:mod:`t5x.launch._malloc`) where that is new to the environment.
+    Started as a program (``argv`` None), it first re-executes itself with glibc's malloc
+    settings for XLA (:mod:`t5x.launch._malloc`) where they are new to the environment.
     """
     if argv is None:
         restart_with_malloc_defaults()
