@@ -8,6 +8,8 @@ import os
 import subprocess
 import tempfile
 
+from t5x.launch import user_environment
+
 
 class Peer:
     """A peer script (e.g. PyTorch + transformers) running in its own interpreter.
@@ -20,7 +22,8 @@ class Peer:
         fd, self._script = tempfile.mkstemp(suffix=f"_peer_{name}.py")
         with os.fdopen(fd, "w") as f:
             f.write(script)
-        env = dict(os.environ)
+        # The peer runs as its users run it, without the malloc tunables t5x-launch adds.
+        env = user_environment()
         # On a busy machine PyTorch's OpenMP threads, spinning at every barrier by default, make
         # a small matmul ~100x slower (15 ms instead of 0.1 ms at load 6 on 2 CPUs): waiting
         # passively keeps the comparison about the frameworks. An idle machine keeps the default.

@@ -22,7 +22,9 @@ the list of rows.
 
 Every program here runs the way `t5x-launch` runs jobs as far as the process goes: with its
 glibc malloc tunables (huge pages, and freed memory kept for reuse; `t5x.launch._malloc`).
-The peers start from the same environment, so they run with them too.
+The peers run without them, in the environment the benchmark was started from, as their
+users run them (`arena_max=1` made seqio's multi-threaded pipeline 2x slower; PyTorch's
+DEC-S step, on the other hand, is faster with all of them: see the README).
 
 On an accelerator (`--device accelerator`, or `auto` when JAX's default backend is
 not the CPU) train-step measures ENCDEC-LARGE and DEC-1B in bfloat16 with

@@ -4,7 +4,8 @@ import os
 import subprocess
 import sys
 
-from t5x.launch._malloc import DEFAULTS, HUGEPAGES, add_malloc_defaults, hugepages_supported
+from t5x.launch import user_environment
+from t5x.launch._malloc import DEFAULTS, HUGEPAGES, USER_TUNABLES, add_malloc_defaults, hugepages_supported
 
 ALL_DEFAULTS = ":".join(f"{name}={value}" for name, value in DEFAULTS.items())
 
@@ -34,11 +35,12 @@ def test_the_tunables_are_added_after_others_and_only_once():
     env = {"GLIBC_TUNABLES": "glibc.malloc.tcache_count=10"}
     assert add_malloc_defaults(env)
     assert env["GLIBC_TUNABLES"] == f"glibc.malloc.tcache_count=10:{ALL_DEFAULTS}"
+    assert env[USER_TUNABLES] == "glibc.malloc.tcache_count=10"
     assert not add_malloc_defaults(env)
     assert env["GLIBC_TUNABLES"] == f"glibc.malloc.tcache_count=10:{ALL_DEFAULTS}"
     empty: dict[str, str] = {}
     assert add_malloc_defaults(empty)
-    assert empty == {"GLIBC_TUNABLES": ALL_DEFAULTS}
+    assert empty == {"GLIBC_TUNABLES": ALL_DEFAULTS, USER_TUNABLES: ""}
 
 
 def test_a_users_own_settings_win():
@@ -52,6 +54,15 @@ def test_a_users_own_settings_win():
     ]
     everything = {"GLIBC_TUNABLES": ALL_DEFAULTS.replace(f"{HUGEPAGES}=1", f"{HUGEPAGES}=0")}
     assert not add_malloc_defaults(everything)
+
+
+def test_peers_get_the_environment_the_user_started_with():
+    for user in ({}, {"GLIBC_TUNABLES": "glibc.malloc.tcache_count=10"}):
+        env = {"HOME": "/h", **user}
+        assert add_malloc_defaults(env)
+        assert user_environment(env) == {"HOME": "/h", **user}
+    set_by_the_user = {"HOME": "/h", "GLIBC_TUNABLES": f"{HUGEPAGES}=1"}
+    assert user_environment(set_by_the_user) == set_by_the_user
 
 
 def test_the_launcher_restarts_itself_with_the_tunables():

@@ -11,7 +11,7 @@ from t5x.launch._gin_config import GinArgs, GinConfigError, parse_gin, split_gin
 from t5x.launch._jobs import JobResult, evaluate, infer, load_initial_params, train
 from t5x.launch._lm_eval_registration import LM_EVAL_MODEL_NAME, register_lm_eval_model
 from t5x.launch._local import run_local
-from t5x.launch._malloc import add_malloc_defaults, restart_with_malloc_defaults
+from t5x.launch._malloc import add_malloc_defaults, restart_with_malloc_defaults, user_environment
 from t5x.launch._study import StudyResult, StudyRun, grid_config, run_study
 from t5x.launch._tpu import run_tpu, tpu_commands
 from t5x.launch._xla_flags import add_xla_defaults
@@ -21,6 +21,7 @@ __all__ = [
     "add_malloc_defaults",
     "add_xla_defaults",
     "restart_with_malloc_defaults",
+    "user_environment",
     "LM_EVAL_MODEL_NAME",
     "ZeroShotReport",
     "evaluate_zero_shot",
