@@ -173,7 +173,10 @@ def child_peer(workload: str, data_dir: str, model: str, num_batches: int) -> di
 
 # --------------------------------------------------------------------------- driver
 def run_child(python: str, impl: str, workload: str, data_dir: str, model: str, num_batches: int) -> dict:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    from t5x.launch import user_environment  # here: the children need not import it
+
+    # seqio runs as its users run it, without t5x-launch's malloc tunables (see _peer.py).
+    env = {**(os.environ if impl == "ours" else user_environment()), "TF_CPP_MIN_LOG_LEVEL": "3"}
     cmd = [
         python,
         os.path.abspath(__file__),
