@@ -10,6 +10,17 @@ import tempfile
 
 from t5x.launch import user_environment
 
+# How a peer's process allocates memory: "user" as its users run it (the environment the
+# benchmark was started from), "ours" with the glibc malloc settings t5x-launch gives our side.
+PEER_MALLOC = ("user", "ours")
+
+
+def peer_environment(malloc: str) -> dict[str, str]:
+    """The environment a peer process starts in, for ``malloc`` in ``PEER_MALLOC``."""
+    if malloc not in PEER_MALLOC:
+        raise ValueError(f"peer malloc must be one of {PEER_MALLOC}, got {malloc!r}")
+    return user_environment() if malloc == "user" else dict(os.environ)
+
 
 class Peer:
     """A peer script (e.g. PyTorch + transformers) running in its own interpreter.
@@ -18,12 +29,13 @@ class Peer:
     ``{"op": "quit"}`` ends it.
     """
 
-    def __init__(self, python: str, script: str, name: str) -> None:
+    def __init__(self, python: str, script: str, name: str, malloc: str = "user") -> None:
         fd, self._script = tempfile.mkstemp(suffix=f"_peer_{name}.py")
         with os.fdopen(fd, "w") as f:
             f.write(script)
-        # The peer runs as its users run it, without the malloc tunables t5x-launch adds.
-        env = user_environment()
+        # By default the peer runs as its users run it, without the malloc tunables t5x-launch adds.
+        env = peer_environment(malloc)
+        self.malloc = malloc
         # On a busy machine PyTorch's OpenMP threads, spinning at every barrier by default, make
         # a small matmul ~100x slower (15 ms instead of 0.1 ms at load 6 on 2 CPUs): waiting
         # passively keeps the comparison about the frameworks. An idle machine keeps the default.

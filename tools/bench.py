@@ -12,7 +12,7 @@ times), so > 1 means we win.
 Usage:
     python tools/bench.py [--workloads=train-step,data-lm,data-span,decode,checkpoint]
         [--peer-python hf=/work/peers/hf/bin/python] [--peer-python seqio=/work/peers/seqio/bin/python]
-        [--device auto|cpu|accelerator] [--quick] [--json OUT]
+        [--peer-malloc user|ours] [--device auto|cpu|accelerator] [--quick] [--json OUT]
 
 Peers run in their own interpreters (`--peer-python NAME=PYTHON`): `hf` (torch +
 transformers) for train-step and decode, `seqio` (seqio + t5) for data-lm and
@@ -25,6 +25,8 @@ glibc malloc tunables (huge pages, and freed memory kept for reuse; `t5x.launch.
 The peers run without them, in the environment the benchmark was started from, as their
 users run them (`arena_max=1` made seqio's multi-threaded pipeline 2x slower; PyTorch's
 DEC-S step, on the other hand, is faster with all of them: see the README).
+`--peer-malloc ours` gives the `hf` peer (train-step, decode) our settings too, to compare
+the frameworks on equal allocators.
 
 On an accelerator (`--device accelerator`, or `auto` when JAX's default backend is
 not the CPU) train-step measures ENCDEC-LARGE and DEC-1B in bfloat16 with
@@ -114,24 +116,36 @@ def _run_tool(script: str, args: list[str], log: Callable[[str], None], timeout:
         return json.loads(out.read_text())
 
 
-def bench_train_step(peer: str | None, quick: bool, load, log, timeout) -> list[Row]:
+def bench_train_step(
+    peer: str | None, quick: bool, load, log, timeout, peer_malloc: str = "user"
+) -> list[Row]:
     args = ["--steps", "2" if quick else "5", "--warmup", "1"]
     if quick:
         args += ["--workloads", "dec"]
     if peer:
-        args += ["--peer-python", peer]
+        args += ["--peer-python", peer, "--peer-malloc", peer_malloc]
     data = _run_tool("bench_train_step.py", args, log, timeout)
     rows = []
+    peer_name = "hf" if peer_malloc == "user" else "hf+our-malloc"
     for r in data["results"]:
         p = r.get("peer")
         peer_mode = " (peer: torch.autocast bf16)" if r["peak_dtype"] == "bfloat16" else ""
         config = f"{r['workload']} {r['precision']}{peer_mode} ({r['tokens_per_step']} tokens/step)"
         rows.append(
             _row(
-                "train-step", config, "tokens/s", r["tokens_per_s"], p and p["tokens_per_s"], "hf", True, load
+                "train-step",
+                config,
+                "tokens/s",
+                r["tokens_per_s"],
+                p and p["tokens_per_s"],
+                peer_name,
+                True,
+                load,
             )
         )
-        rows.append(_row("train-step", config, "s/step", r["step_s"], p and p["step_s"], "hf", False, load))
+        rows.append(
+            _row("train-step", config, "s/step", r["step_s"], p and p["step_s"], peer_name, False, load)
+        )
         # MFU: each against its own framework's same-process matmul peak.
         rows.append(
             _row(
@@ -140,7 +154,7 @@ def bench_train_step(peer: str | None, quick: bool, load, log, timeout) -> list[
                 f"MFU (own {r['peak_dtype']} matmul peak)",
                 r["mfu"],
                 p and p["mfu_own_peak"],
-                "hf",
+                peer_name,
                 True,
                 load,
             )
@@ -154,7 +168,7 @@ def bench_train_step(peer: str | None, quick: bool, load, log, timeout) -> list[
                 f"s, its {r['matmul_tflop']:.2f} TFLOP of products alone",
                 r["matmul_floor_s"],
                 p and p["torch_matmul_floor_s"],
-                "hf",
+                peer_name,
                 False,
                 load,
             )
@@ -181,14 +195,15 @@ def bench_data(workload: str, peer: str | None, quick: bool, load, log, timeout)
     ]  # fmt: skip
 
 
-def bench_decode(peer: str | None, quick: bool, load, log, timeout) -> list[Row]:
+def bench_decode(peer: str | None, quick: bool, load, log, timeout, peer_malloc: str = "user") -> list[Row]:
     args = ["--repeats", "1" if quick else "3"]
     if quick:
         args += ["--workloads", "encdec", "--batches", "1", "--new-tokens", "16"]
     if peer:
-        args += ["--peer-python", peer]
+        args += ["--peer-python", peer, "--peer-malloc", peer_malloc]
     data = _run_tool("bench_decode.py", args, log, timeout)
     rows = []
+    peer_name = "hf" if peer_malloc == "user" else "hf+our-malloc"
     for r in data["results"]:
         p = r.get("peer")
         config = (
@@ -202,7 +217,7 @@ def bench_decode(peer: str | None, quick: bool, load, log, timeout) -> list[Row]
                 "generated tokens/s",
                 r["tokens_per_s"],
                 p and p["tokens_per_s"],
-                "hf",
+                peer_name,
                 True,
                 load_before,
             )
@@ -214,7 +229,7 @@ def bench_decode(peer: str | None, quick: bool, load, log, timeout) -> list[Row]
                 "compile / first call s",
                 r["compile_s"],
                 p and p["first_call_s"],
-                "hf",
+                peer_name,
                 False,
                 load_before,
             )
@@ -330,6 +345,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--peer-python", action="append", default=[], metavar="NAME=PYTHON")
     parser.add_argument(
+        "--peer-malloc",
+        choices=("user", "ours"),
+        default="user",
+        help="the hf peer's glibc malloc settings: the user's own (default) or the ones our side runs with",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="few steps and repeats: checks the suite runs, figures are rough"
     )
     parser.add_argument(
@@ -358,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
 
     device = args.device if args.device != "auto" else detect_device(log)
     runners = dict(RUNNERS)
+    for workload in ("train-step", "decode"):
+        runners[workload] = functools.partial(runners[workload], peer_malloc=args.peer_malloc)
     if device == "accelerator":
         runners["train-step"] = bench_train_step_accelerator
     if args.dry_run:

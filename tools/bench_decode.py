@@ -18,13 +18,14 @@ max_new_tokens=64, min_new_tokens=64)` under `torch.inference_mode()` (timing in
 the encoder / prompt pass, as ours does). Ours and the peer's calls alternate one by one;
 the peer's first call (model build excluded) stands in for its compile time. On a busy
 machine (1-minute load above the CPU count) the peer runs with ``OMP_WAIT_POLICY=PASSIVE``
-(see `Peer`); the JSON records the policy used.
+(see `Peer`); the JSON records the policy used. The peer runs in the user's own environment,
+or with our glibc malloc settings under ``--peer-malloc ours``.
 
 ``--workloads toy`` adds the decoder-machinery table on a one-layer toy model: greedy,
 top-k, top-p and beam search, and a bare ``fori_loop`` ``floor``. Usage:
 
     python tools/bench_decode.py [--workloads encdec,dec] [--batches 8,1] [--repeats 3]
-        [--peer-python /work/peers/hf/bin/python] [--json OUT]
+        [--peer-python /work/peers/hf/bin/python] [--peer-malloc user|ours] [--json OUT]
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _peer import Peer
+from _peer import PEER_MALLOC, Peer
 
 from t5x import decoding
 from t5x.decoding import DecodingState, beam_search, temperature_sample
@@ -182,6 +183,7 @@ def run_model(kind: str, batch: int, args: argparse.Namespace, peer: Peer | None
             "times_s": theirs,
             "threads": peer_info["threads"],
             "omp_wait_policy": peer.omp_wait_policy,
+            "malloc": peer.malloc,
             "params": peer_info["params"],
         }
         result["ratio"] = peer_median / median
@@ -327,6 +329,10 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--peer-python", default=None, help="interpreter with torch + transformers")
+    parser.add_argument(
+        "--peer-malloc", choices=PEER_MALLOC, default="user",
+        help="the peer's glibc malloc settings: the user's own (default) or ours",
+    )  # fmt: skip
     parser.add_argument("--decoders", default=",".join(DECODERS), help="toy workload: decoders to time")
     parser.add_argument("--vocab", type=int, default=VOCAB, help="toy workload: vocabulary size")
     parser.add_argument("--dim", type=int, default=D, help="toy workload: model width")
@@ -342,7 +348,7 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     loads, results, toy = [], [], []
     peer = (
-        Peer(args.peer_python, PEER_SCRIPT, "decode")
+        Peer(args.peer_python, PEER_SCRIPT, "decode", args.peer_malloc)
         if args.peer_python and set(kinds) & set(NAMES)
         else None
     )
@@ -370,7 +376,8 @@ def main() -> None:
         policies = {r["peer"]["omp_wait_policy"] for r in results if "peer" in r}
         if policies:
             print(
-                f"peer: Hugging Face transformers on PyTorch CPU, OMP_WAIT_POLICY {', '.join(sorted(policies))}"
+                f"peer: Hugging Face transformers on PyTorch CPU, OMP_WAIT_POLICY {', '.join(sorted(policies))}, "
+                f"malloc: {args.peer_malloc}"
             )
     if toy:
         print(f"toy one-layer model, vocab {args.vocab}, d {args.dim}:")

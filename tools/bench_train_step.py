@@ -23,7 +23,7 @@ parameter-scale multiplier; close to T5X's Adafactor defaults) at learning rate 
 
 XLA keeps its own defaults (YNNPACK on); the process runs with the glibc malloc settings
 `t5x-launch` jobs get (huge pages, freed memory kept; it re-executes itself to set them); the
-peer runs without them, as its users run it. `t5x-launch`
+peer runs without them, as its users run it (`--peer-malloc ours`: with them too). `t5x-launch`
 turns YNNPACK off for its jobs (`t5x.launch.add_xla_defaults`; float32 steps are as fast
 either way); the bf16 rows need it on (`--xla_cpu_experimental_ynn_fusion_type=individual_dot`
 under `t5x-launch`).
@@ -35,7 +35,7 @@ with `transformers.optimization.Adafactor`. Ours and the peer's steps alternate 
 Usage:
 
     python tools/bench_train_step.py [--workloads encdec,dec,encdec-bf16,dec-bf16] [--steps 5] [--warmup 1]
-        [--peer-python /work/peers/hf/bin/python] [--json OUT]
+        [--peer-python /work/peers/hf/bin/python] [--peer-malloc user|ours] [--json OUT]
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _peer import Peer
+from _peer import PEER_MALLOC, Peer
 from _train_step import compile_train_step, matmul_peak, time_product, train_step_products
 
 from t5x.launch import restart_with_malloc_defaults
@@ -243,6 +243,7 @@ def run_workload(kind: str, args: argparse.Namespace, peer: Peer | None) -> dict
             "mfu_own_peak": flops_per_token * tokens / peer_step / peer_info["peak_flops"],
             "threads": peer_info["threads"],
             "torch_matmul_floor_s": sum(p["count"] * p["peer_s"] for p in products),
+            "malloc": peer.malloc,
         }
         result["speedup_vs_peer"] = peer_step / step_s
     return result
@@ -255,13 +256,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--peer-python", default=None)
+    parser.add_argument(
+        "--peer-malloc", choices=PEER_MALLOC, default="user",
+        help="the peer's glibc malloc settings: the user's own (default) or ours",
+    )  # fmt: skip
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     kinds = [k.strip() for k in args.workloads.split(",") if k.strip()]
     for k in kinds:
         if k not in WORKLOADS:
             parser.error(f"unknown workload {k!r}; choose from {sorted(WORKLOADS)}")
-    peer = Peer(args.peer_python, PEER_SCRIPT, "train_step") if args.peer_python else None
+    peer = Peer(args.peer_python, PEER_SCRIPT, "train_step", args.peer_malloc) if args.peer_python else None
     try:
         results = [run_workload(k, args, peer) for k in kinds]
     finally:
@@ -270,7 +275,8 @@ def main() -> None:
     load = os.getloadavg()
     print(f"train-step, {platform.processor() or platform.machine()}, jax {jax.__version__}, "
           f"median of {args.steps} steps; load average {tuple(round(x, 2) for x in load)}; "
-          f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")  # fmt: skip
+          f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
+          + (f"; peer malloc: {peer.malloc}" if peer is not None else ""))  # fmt: skip
     header = f"{'workload':10} {'precision':22} {'impl':8} {'s/step':>8} {'tokens/s':>10} {'MFU':>6} {'peak GF/s':>10} {'compile s':>10}"
     print(header)
     print("-" * len(header))
