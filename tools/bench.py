@@ -47,6 +47,8 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from _peer import PEER_MALLOC
+
 from t5x.launch import restart_with_malloc_defaults
 
 TOOLS = pathlib.Path(__file__).resolve().parent
@@ -116,6 +118,11 @@ def _run_tool(script: str, args: list[str], log: Callable[[str], None], timeout:
         return json.loads(out.read_text())
 
 
+def _hf_peer_name(peer_malloc: str) -> str:
+    """The table's name for the PyTorch peer: marked when it runs with our malloc settings."""
+    return "hf" if peer_malloc == "user" else "hf+our-malloc"
+
+
 def bench_train_step(
     peer: str | None, quick: bool, load, log, timeout, peer_malloc: str = "user"
 ) -> list[Row]:
@@ -126,7 +133,7 @@ def bench_train_step(
         args += ["--peer-python", peer, "--peer-malloc", peer_malloc]
     data = _run_tool("bench_train_step.py", args, log, timeout)
     rows = []
-    peer_name = "hf" if peer_malloc == "user" else "hf+our-malloc"
+    peer_name = _hf_peer_name(peer_malloc)
     for r in data["results"]:
         p = r.get("peer")
         peer_mode = " (peer: torch.autocast bf16)" if r["peak_dtype"] == "bfloat16" else ""
@@ -203,7 +210,7 @@ def bench_decode(peer: str | None, quick: bool, load, log, timeout, peer_malloc:
         args += ["--peer-python", peer, "--peer-malloc", peer_malloc]
     data = _run_tool("bench_decode.py", args, log, timeout)
     rows = []
-    peer_name = "hf" if peer_malloc == "user" else "hf+our-malloc"
+    peer_name = _hf_peer_name(peer_malloc)
     for r in data["results"]:
         p = r.get("peer")
         config = (
@@ -346,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-python", action="append", default=[], metavar="NAME=PYTHON")
     parser.add_argument(
         "--peer-malloc",
-        choices=("user", "ours"),
+        choices=PEER_MALLOC,
         default="user",
         help="the hf peer's glibc malloc settings: the user's own (default) or the ones our side runs with",
     )
