@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -20,6 +21,16 @@ def peer_environment(malloc: str) -> dict[str, str]:
     if malloc not in PEER_MALLOC:
         raise ValueError(f"peer malloc must be one of {PEER_MALLOC}, got {malloc!r}")
     return user_environment() if malloc == "user" else dict(os.environ)
+
+
+def add_peer_malloc_flag(parser: argparse.ArgumentParser) -> None:
+    """``--peer-malloc user|ours``, the choice :func:`peer_environment` takes."""
+    parser.add_argument(
+        "--peer-malloc",
+        choices=PEER_MALLOC,
+        default="user",
+        help="the PyTorch peer's glibc malloc settings: the user's own (default) or the ones our side runs with",
+    )
 
 
 class Peer:

@@ -47,7 +47,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from _peer import PEER_MALLOC
+from _peer import add_peer_malloc_flag
 
 from t5x.launch import restart_with_malloc_defaults
 
@@ -351,12 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         "--workloads", default=",".join(WORKLOADS), help="comma-separated subset of " + ",".join(WORKLOADS)
     )
     parser.add_argument("--peer-python", action="append", default=[], metavar="NAME=PYTHON")
-    parser.add_argument(
-        "--peer-malloc",
-        choices=PEER_MALLOC,
-        default="user",
-        help="the hf peer's glibc malloc settings: the user's own (default) or the ones our side runs with",
-    )
+    add_peer_malloc_flag(parser)
     parser.add_argument(
         "--quick", action="store_true", help="few steps and repeats: checks the suite runs, figures are rough"
     )

@@ -40,7 +40,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _peer import PEER_MALLOC, Peer
+from _peer import Peer, add_peer_malloc_flag
 
 from t5x import decoding
 from t5x.decoding import DecodingState, beam_search, temperature_sample
@@ -329,10 +329,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--peer-python", default=None, help="interpreter with torch + transformers")
-    parser.add_argument(
-        "--peer-malloc", choices=PEER_MALLOC, default="user",
-        help="the peer's glibc malloc settings: the user's own (default) or ours",
-    )  # fmt: skip
+    add_peer_malloc_flag(parser)
     parser.add_argument("--decoders", default=",".join(DECODERS), help="toy workload: decoders to time")
     parser.add_argument("--vocab", type=int, default=VOCAB, help="toy workload: vocabulary size")
     parser.add_argument("--dim", type=int, default=D, help="toy workload: model width")

@@ -51,7 +51,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _peer import PEER_MALLOC, Peer
+from _peer import Peer, add_peer_malloc_flag
 from _train_step import compile_train_step, matmul_peak, time_product, train_step_products
 
 from t5x.launch import restart_with_malloc_defaults
@@ -256,10 +256,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--peer-python", default=None)
-    parser.add_argument(
-        "--peer-malloc", choices=PEER_MALLOC, default="user",
-        help="the peer's glibc malloc settings: the user's own (default) or ours",
-    )  # fmt: skip
+    add_peer_malloc_flag(parser)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     kinds = [k.strip() for k in args.workloads.split(",") if k.strip()]
