@@ -16,7 +16,9 @@ With ``--peer-python`` (an interpreter with torch + transformers), Hugging Face
 `LlamaForCausalLM` of DEC-S's layer shape, `generate(do_sample=False, num_beams=1,
 max_new_tokens=64, min_new_tokens=64)` under `torch.inference_mode()` (timing includes
 the encoder / prompt pass, as ours does). Ours and the peer's calls alternate one by one;
-the peer's first call (model build excluded) stands in for its compile time. On a busy
+the peer's first call (model build excluded) stands in for its compile time. Ours runs with
+t5x-launch's XLA:CPU loop option (`t5x.launch.add_backend_defaults`: decoding loops keep
+XLA's threaded matmuls); its YNNPACK-off flag, kept for the demo's figures, is not applied. On a busy
 machine (1-minute load above the CPU count) the peer runs with ``OMP_WAIT_POLICY=PASSIVE``
 (see `Peer`); the JSON records the policy used. The peer runs in the user's own environment,
 or with our glibc malloc settings under ``--peer-malloc ours``.
@@ -44,7 +46,7 @@ from _peer import Peer, add_peer_malloc_flag
 
 from t5x import decoding
 from t5x.decoding import DecodingState, beam_search, temperature_sample
-from t5x.launch import restart_with_malloc_defaults
+from t5x.launch import add_backend_defaults, restart_with_malloc_defaults
 from t5x.models import DecoderOnlyConfig, DecoderOnlyModel, EncoderDecoderModel, T5Config
 
 VOCAB, D, HEADS, HEAD_DIM, MLP = 32128, 512, 8, 64, 1024
@@ -321,6 +323,7 @@ def _print_toy(results: list[dict]) -> None:
 
 
 def main() -> None:
+    add_backend_defaults(os.environ)  # XLA:CPU's loop options, as under t5x-launch
     restart_with_malloc_defaults()  # glibc malloc settings, as under t5x-launch
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workloads", default="encdec,dec", help="comma-separated: encdec, dec, toy")
@@ -366,7 +369,8 @@ def main() -> None:
     print(
         f"decode, greedy, {args.new_tokens} new tokens, float32, {device.platform} ({platform.machine()}), "
         f"jax {jax.__version__}, median of {args.repeats}; load average before "
-        f"{max(x[0] for x in loads):.2f} (max 1-min), now {tuple(round(x, 2) for x in load)}"
+        f"{max(x[0] for x in loads):.2f} (max 1-min), now {tuple(round(x, 2) for x in load)}; "
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
     )
     if results:
         _print_models(results)
@@ -384,6 +388,7 @@ def main() -> None:
             "platform": device.platform,
             "device_kind": device.device_kind,
             "jax": jax.__version__,
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "loadavg": load,
             "cpus": os.cpu_count(),
             "prompt": args.prompt,

@@ -3,7 +3,11 @@
 import subprocess
 import sys
 
-from t5x.launch._xla_flags import CPU_DEFAULTS, add_xla_defaults
+from t5x.launch._xla_flags import BACKEND_DEFAULTS, CPU_DEFAULTS, add_backend_defaults, add_xla_defaults
+
+DEFAULT_FLAGS = [f"--{k}={v}" for k, v in CPU_DEFAULTS.items()] + [
+    f"--xla_backend_extra_options={k}={v}" for k, v in BACKEND_DEFAULTS.items()
+]
 
 
 def test_defaults_are_appended_to_existing_flags():
@@ -11,22 +15,33 @@ def test_defaults_are_appended_to_existing_flags():
     add_xla_defaults(env)
     flags = env["XLA_FLAGS"].split()
     assert flags[0] == "--xla_force_host_platform_device_count=8"
-    assert [f"--{k}={v}" for k, v in CPU_DEFAULTS.items()] == flags[1:]
+    assert flags[1:] == DEFAULT_FLAGS
     add_xla_defaults(env)
     assert env["XLA_FLAGS"].split() == flags  # idempotent
 
 
 def test_a_users_own_value_wins():
     name = next(iter(CPU_DEFAULTS))
-    env = {"XLA_FLAGS": f"--{name}=dot"}
+    key = next(iter(BACKEND_DEFAULTS))
+    own = f"--{name}=dot --xla_backend_extra_options={key}=4096"
+    env = {"XLA_FLAGS": own}
     add_xla_defaults(env)
-    assert env["XLA_FLAGS"] == f"--{name}=dot"
+    assert env["XLA_FLAGS"] == own
+
+
+def test_a_users_other_backend_options_are_kept():
+    env = {"XLA_FLAGS": "--xla_backend_extra_options=xla_cpu_disable_loop_unrolling=1"}
+    add_backend_defaults(env)
+    assert env["XLA_FLAGS"].split() == [
+        "--xla_backend_extra_options=xla_cpu_disable_loop_unrolling=1",
+        *DEFAULT_FLAGS[len(CPU_DEFAULTS) :],
+    ]
 
 
 def test_empty_environment_gets_only_the_defaults():
     env: dict[str, str] = {}
     add_xla_defaults(env)
-    assert env["XLA_FLAGS"] == " ".join(f"--{k}={v}" for k, v in CPU_DEFAULTS.items())
+    assert env["XLA_FLAGS"].split() == DEFAULT_FLAGS
 
 
 def test_xla_accepts_the_flags():
@@ -36,3 +51,29 @@ def test_xla_accepts_the_flags():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "2.0"
+
+
+_LOOP = """
+import os, sys
+if sys.argv[1] == "defaults":
+    from t5x.launch import add_backend_defaults
+    add_backend_defaults(os.environ)
+import jax, jax.numpy as jnp
+kernel, x = jnp.ones((512, 4096)), jnp.ones((1, 512))
+step = lambda i, x: x + (x @ kernel)[:, :512]
+compiled = jax.jit(lambda x: jax.lax.fori_loop(0, 4, step, x)).lower(x).compile()
+print("single kernel" if "xla_cpu_small_call" in compiled.as_text() else "thunks")
+"""
+
+
+def test_backend_defaults_keep_a_decoding_sized_loop_out_of_a_single_kernel():
+    # Without the defaults XLA:CPU rates this loop "small" and emits it as one kernel.
+    env = {"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"}
+    results = {}
+    for mode in ("plain", "defaults"):
+        out = subprocess.run(
+            [sys.executable, "-c", _LOOP, mode], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert out.returncode == 0, out.stderr
+        results[mode] = out.stdout.strip()
+    assert results == {"plain": "single kernel", "defaults": "thunks"}

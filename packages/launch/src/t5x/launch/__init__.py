@@ -14,10 +14,11 @@ from t5x.launch._local import run_local
 from t5x.launch._malloc import add_malloc_defaults, restart_with_malloc_defaults, user_environment
 from t5x.launch._study import StudyResult, StudyRun, grid_config, run_study
 from t5x.launch._tpu import run_tpu, tpu_commands
-from t5x.launch._xla_flags import add_xla_defaults
+from t5x.launch._xla_flags import add_backend_defaults, add_xla_defaults
 from t5x.launch._zero_shot import ZeroShotReport, evaluate_zero_shot, load_checkpoint_params, model_from_gin
 
 __all__ = [
+    "add_backend_defaults",
     "add_malloc_defaults",
     "add_xla_defaults",
     "restart_with_malloc_defaults",
