@@ -9,8 +9,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from t5x.models._joined import joined_kernel
 from t5x.models._layers import DenseGeneral, RelativeBias, combine_masks, constrain, nd_init
-from t5x.models._matmul import dot_general
+from t5x.models._matmul import dense, dot_general
 
 
 def dot_product_attention(
@@ -217,9 +218,21 @@ class MultiHeadDotProductAttention(nn.Module):
             and not (prefill or decode)
             and (deterministic or self.dropout_rate == 0.0)
         )
-        query = projection("query", query_init, inputs_q)
-        key = projection("key", init, inputs_kv, cache_layout)
-        value = projection("value", init, inputs_kv, cache_layout)
+        joined = joined_kernel(self, "qkv", inputs_q) if decode and inputs_q is inputs_kv else None
+        if joined is not None:
+            # One decoding row: query, key and value in one product (see `join_decode_kernels`).
+            qkv = dense(jnp.asarray(inputs_q, self.dtype), joined.astype(self.dtype), self.matmul_dtype)
+            query, key, value = (
+                constrain(
+                    p.reshape(*p.shape[:-1], self.num_heads, self.head_dim),
+                    ("batch", "length", "heads", "kv"),
+                )
+                for p in jnp.split(qkv, 3, axis=-1)
+            )
+        else:
+            query = projection("query", query_init, inputs_q)
+            key = projection("key", init, inputs_kv, cache_layout)
+            value = projection("value", init, inputs_kv, cache_layout)
 
         if prefill and decode:
             raise ValueError(

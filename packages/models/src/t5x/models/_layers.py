@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax.linen import partitioning as nn_partitioning
 
+from t5x.models._joined import joined_kernel
 from t5x.models._matmul import dense, dot_general
 
 param_with_axes = nn_partitioning.param_with_axes
@@ -282,19 +283,26 @@ class MlpBlock(nn.Module):
     def __call__(self, inputs: jax.Array, deterministic: bool = False) -> jax.Array:
         """Maps ``[batch, length, embed]`` to the same shape."""
         init = nd_init(1.0, "fan_in", "truncated_normal")
-        hidden = []
-        for idx, act in enumerate(self.activations):
-            name = "wi" if len(self.activations) == 1 else f"wi_{idx}"
-            h = DenseGeneral(
-                self.intermediate_dim,
-                dtype=self.dtype,
-                matmul_dtype=self.matmul_dtype,
-                kernel_init=init,
-                kernel_axes=("embed", "mlp"),
-                joined_kernel=self.joined_kernel,
-                name=name,
-            )(inputs)
-            hidden.append(activation(act)(h))
+        joined = joined_kernel(self, "wi", inputs) if len(self.activations) > 1 else None
+        if joined is not None:
+            # One decoding row: all gate inputs in one product (see `join_decode_kernels`).
+            h = dense(jnp.asarray(inputs, self.dtype), joined.astype(self.dtype), self.matmul_dtype)
+            gates = jnp.split(h, len(self.activations), axis=-1)
+            hidden = [activation(act)(g) for act, g in zip(self.activations, gates, strict=True)]
+        else:
+            hidden = []
+            for idx, act in enumerate(self.activations):
+                name = "wi" if len(self.activations) == 1 else f"wi_{idx}"
+                h = DenseGeneral(
+                    self.intermediate_dim,
+                    dtype=self.dtype,
+                    matmul_dtype=self.matmul_dtype,
+                    kernel_init=init,
+                    kernel_axes=("embed", "mlp"),
+                    joined_kernel=self.joined_kernel,
+                    name=name,
+                )(inputs)
+                hidden.append(activation(act)(h))
         x = functools.reduce(operator.mul, hidden)
         x = nn.Dropout(rate=self.intermediate_dropout_rate, broadcast_dims=(-2,))(
             x, deterministic=deterministic

@@ -13,6 +13,7 @@ import numpy as np
 from t5x import decoding
 from t5x.models._config import DecoderOnlyConfig, T5Config
 from t5x.models._flops import decoder_only_flops_per_token, encoder_decoder_flops_per_token
+from t5x.models._joined import JOINED, join_decode_kernels
 from t5x.models._losses import (
     compute_metrics,
     compute_weighted_cross_entropy,
@@ -196,6 +197,15 @@ class _TransformerModel:
             **kwargs,
         )
 
+    def _step_variables(self, params: PyTree, rows: int) -> dict[str, PyTree]:
+        """``params`` for a decoding step, joined (`join_decode_kernels`) when a step has one row."""
+        variables = {"params": params}
+        if rows == 1 and not self.config.scan_layers:
+            joined = join_decode_kernels(params["decoder"])  # the encoder does not run per step
+            if joined:
+                variables[JOINED] = {"decoder": joined}
+        return variables
+
     @property
     def eos_id(self) -> int:
         """End-of-sequence id of the output vocabulary (1 when none was given)."""
@@ -358,10 +368,11 @@ class EncoderDecoderModel(_TransformerModel):
         encoded = self._encode_jit(params, jnp.asarray(enc))
         encoded = decoding.flat_batch_beam_expand(encoded, rows)
         raw_inputs = decoding.flat_batch_beam_expand(jnp.asarray(enc), rows)
+        variables = self._step_variables(params, enc.shape[0] * rows)
 
         def tokens_to_logits(state: Any) -> tuple[jax.Array, PyTree]:
             logits, new_vars = self.module.apply(
-                {"params": params, "cache": state.cache},
+                {**variables, "cache": state.cache},
                 encoded,
                 raw_inputs,
                 state.cur_token,
@@ -565,10 +576,12 @@ class DecoderOnlyModel(_TransformerModel):
         inputs = jnp.asarray(batch["decoder_input_tokens"], jnp.int32) * jnp.asarray(
             batch["decoder_causal_attention"], jnp.int32
         )
+        rows = num_decodes if decoder_params is None else decoder_params.get("num_decodes", num_decodes)
+        variables = self._step_variables(params, inputs.shape[0] * rows)
 
         def tokens_to_logits(state: Any) -> tuple[jax.Array, PyTree]:
             logits, new_vars = self.module.apply(
-                {"params": params, "cache": state.cache},
+                {**variables, "cache": state.cache},
                 state.cur_token,
                 state.cur_token,
                 enable_dropout=False,
