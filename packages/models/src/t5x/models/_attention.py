@@ -177,7 +177,8 @@ class MultiHeadDotProductAttention(nn.Module):
           decode: single-step decoding against the cache (the first call, under
             ``init``, only creates the cache).
           deterministic: disables dropout.
-          prefill: write keys/values of a whole prompt into the cache.
+          prefill: write keys/values of a whole prompt into the cache (its first
+            ``q_len`` slots; a prompt may be shorter than the cache).
           prefill_lengths: ``[batch]`` positions filled per example; the cache
             index of each example starts there.
 
@@ -247,17 +248,20 @@ class MultiHeadDotProductAttention(nn.Module):
             if initialized:
                 batch, heads, depth, length = cached_key.value.shape
                 if prefill:
-                    if query.shape[1] != length:
+                    span = query.shape[1]
+                    if span > length:
                         raise ValueError(
-                            f"prefill needs the prompt padded to the cache length {length}, got length {query.shape[1]}"
+                            f"prefill of {span} positions does not fit the cache length {length}"
                         )
                     if prefill_lengths is None:
                         assert mask is not None, "prefill without prefill_lengths needs a mask"
                         prefill_lengths = jnp.sum(mask[:, 0, 0, :], axis=-1)
                     lengths = jnp.asarray(prefill_lengths, jnp.int32).reshape(-1)
-                    keep = (jnp.arange(length)[None, :] < lengths[:, None])[:, None, None, :]
-                    cached_key.value = jnp.moveaxis(key, -3, -1) * keep.astype(key.dtype)
-                    cached_value.value = jnp.moveaxis(value, -3, -1) * keep.astype(value.dtype)
+                    keep = (jnp.arange(span)[None, :] < lengths[:, None])[:, None, None, :]
+                    # A prompt shorter than the cache fills its first `span` slots; the rest stay zero.
+                    rest = ((0, 0),) * 3 + ((0, length - span),)
+                    cached_key.value = jnp.pad(jnp.moveaxis(key, -3, -1) * keep.astype(key.dtype), rest)
+                    cached_value.value = jnp.pad(jnp.moveaxis(value, -3, -1) * keep.astype(value.dtype), rest)
                     cache_index.value = lengths
                 else:
                     expected = (batch, 1, heads, depth)

@@ -399,6 +399,21 @@ class EncoderDecoderModel(_TransformerModel):
         return encoder_decoder_flops_per_token(self.config, model_feature_lengths)
 
 
+def prefill_spans(length: int, shortest: int = 128) -> tuple[int, ...]:
+    """Prompt-pass lengths a decoder-only model compiles for a cache of ``length`` positions.
+
+    The powers of two from ``shortest`` below ``length``, then ``length``: a prompt pass runs
+    over the shortest span that holds every prompt of the batch, at most twice its longest
+    prompt, instead of the whole padded length (each span is compiled once).
+    """
+    spans = []
+    span = shortest
+    while span < length:
+        spans.append(span)
+        span *= 2
+    return (*spans, length)
+
+
 class DecoderOnlyModel(_TransformerModel):
     """A causal or prefix-LM decoder under the ``Model`` contract.
 
@@ -493,7 +508,8 @@ class DecoderOnlyModel(_TransformerModel):
 
         The prompt is the part of ``decoder_input_tokens`` under
         ``decoder_causal_attention`` but its last position, which decoding feeds
-        first.
+        first. The pass runs over the shortest of ``prefill_spans`` that holds
+        every prompt, not the whole padded length.
 
         Returns:
           ``(cache, initial_index [batch])``.
@@ -524,19 +540,32 @@ class DecoderOnlyModel(_TransformerModel):
                 )[1]["cache"]
             )
         )
-        _, new_vars = self.module.apply(
-            {"params": params, "cache": cache},
-            inputs,
-            dca,
-            None,
-            None,
-            dca if self.inputs_bidirectional_attention else None,
-            enable_dropout=False,
-            prefill=True,
-            prefill_lengths=lengths,
-            mutable=["cache"],
-        )
-        return new_vars["cache"], lengths
+
+        def prefill(span: int) -> Callable[[], PyTree]:
+            def run() -> PyTree:
+                head = dca[:, :span]
+                _, new_vars = self.module.apply(
+                    {"params": params, "cache": cache},
+                    inputs[:, :span],
+                    head,
+                    None,
+                    None,
+                    head if self.inputs_bidirectional_attention else None,
+                    enable_dropout=False,
+                    prefill=True,
+                    prefill_lengths=lengths,
+                    mutable=["cache"],
+                )
+                return new_vars["cache"]
+
+            return run
+
+        # The prompts' positions (those under decoder_causal_attention) decide the result; a
+        # pass over the shortest span holding all of them fills the same cache.
+        spans = prefill_spans(inputs.shape[1])
+        needed = jnp.max(jnp.sum(dca, axis=1))
+        branch = jnp.sum(jnp.asarray(spans) < needed)
+        return jax.lax.switch(branch, [prefill(span) for span in spans]), lengths
 
     def predict_batch_with_aux(
         self,
