@@ -206,6 +206,8 @@ def bench_decode(peer: str | None, quick: bool, load, log, timeout, peer_malloc:
     args = ["--repeats", "1" if quick else "3"]
     if quick:
         args += ["--workloads", "encdec", "--batches", "1", "--new-tokens", "16"]
+    else:
+        args += ["--products"]
     if peer:
         args += ["--peer-python", peer, "--peer-malloc", peer_malloc]
     data = _run_tool("bench_decode.py", args, log, timeout)
@@ -241,6 +243,21 @@ def bench_decode(peer: str | None, quick: bool, load, log, timeout, peer_malloc:
                 load_before,
             )
         )
+        if "products_s_per_step" in r:
+            # A floor under a step: each side's weight products of one generated token, alone.
+            theirs = p.get("products_s_per_step") if p else None
+            rows.append(
+                _row(
+                    "decode",
+                    config,
+                    "ms/token, weight products alone",
+                    r["products_s_per_step"] * 1e3,
+                    theirs and theirs * 1e3,
+                    peer_name,
+                    False,
+                    load_before,
+                )
+            )
     return rows
 
 

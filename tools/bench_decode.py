@@ -43,11 +43,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from _peer import Peer, add_peer_malloc_flag
+from flax import traverse_util
 
 from t5x import decoding
 from t5x.decoding import DecodingState, beam_search, temperature_sample
 from t5x.launch import add_backend_defaults, restart_with_malloc_defaults
-from t5x.models import DecoderOnlyConfig, DecoderOnlyModel, EncoderDecoderModel, T5Config
+from t5x.models import (
+    DecoderOnlyConfig,
+    DecoderOnlyModel,
+    EncoderDecoderModel,
+    T5Config,
+    join_decode_kernels,
+)
 
 VOCAB, D, HEADS, HEAD_DIM, MLP = 32128, 512, 8, 64, 1024
 NAMES = {"encdec": "ENCDEC-S", "dec": "DEC-S"}
@@ -97,15 +104,93 @@ for line in sys.stdin:
                "params": sum(p.numel() for p in m.parameters())})
     elif cmd["op"] == "run":
         s, n = generate(); reply({"s": s, "new_tokens": n})
+    elif cmd["op"] == "products":
+        # The weight products of one generated token, chained as a step chains them (see `products_alone`).
+        kernels = [torch.randn(n, k) * 0.02 for k, n in cmd["shapes"]]
+        widest = max(k for k, _ in cmd["shapes"])
+        def step(x):
+            h = x
+            for w in kernels:
+                y = torch.nn.functional.linear(h[:, : w.shape[1]], w)
+                h = y if y.shape[1] >= widest else y.repeat(1, -(-widest // y.shape[1]))
+            return x + h[:, : x.shape[1]] * 1e-3
+        x, times = torch.randn(cmd["rows"], cmd["shapes"][0][0]), []
+        with torch.inference_mode():
+            for _ in range(cmd["repeats"] + 1):
+                t = time.perf_counter()
+                for _ in range(cmd["steps"]):
+                    x = step(x)
+                times.append((time.perf_counter() - t) / cmd["steps"])
+        reply({"s_per_step": sorted(times[1:])[len(times[1:]) // 2]})
     else:
         break
 """
+
+
+CROSS_KEY_VALUE = {
+    ("encoder_decoder_attention", "key"),
+    ("encoder_decoder_attention", "value"),
+}
 
 
 class _NoEos:
     """An output vocabulary whose EOS id no token has: every row decodes to its full length."""
 
     eos_id = -1
+
+
+def step_kernel_shapes(params, joined: bool) -> list[tuple[int, int]]:
+    """``[in, out]`` of each weight product one generated token runs through.
+
+    Every 2-D decoder kernel but cross-attention's key and value (projected once per call);
+    with ``joined``, each group `join_decode_kernels` joins counts as its one product.
+    """
+    flat = traverse_util.flatten_dict(params["decoder"])
+    products = {
+        path[:-1]: tuple(kernel.shape)
+        for path, kernel in flat.items()
+        if path[-1] == "kernel" and kernel.ndim == 2 and path[-3:-1] not in CROSS_KEY_VALUE
+    }
+    if joined:
+        groups = traverse_util.flatten_dict(join_decode_kernels(params["decoder"]))
+        for path, kernel in groups.items():
+            members = (
+                ("query", "key", "value")
+                if path[-1] == "qkv"
+                else [p[-1] for p in products if p[:-1] == path[:-1] and p[-1].startswith("wi_")]
+            )
+            for member in members:
+                del products[(*path[:-1], member)]
+            products[path] = tuple(kernel.shape)
+    return list(products.values())
+
+
+def products_alone(shapes: list[tuple[int, int]], rows: int, steps: int, repeats: int) -> float:
+    """Seconds per step of ``steps`` steps that only chain ``rows`` rows through ``shapes``.
+
+    Inside a `lax.fori_loop`, as decoding runs them; what else a step does (attention,
+    norms, the cache) is left out, so this bounds a step from below.
+    """
+    keys = jax.random.split(jax.random.PRNGKey(1), len(shapes))
+    kernels = [jax.random.normal(k, s) * 0.02 for k, s in zip(keys, shapes, strict=True)]
+    widest = max(k for k, _ in shapes)
+
+    def step(_, x):
+        h = x
+        for w in kernels:
+            y = h[:, : w.shape[0]] @ w
+            h = y if y.shape[1] >= widest else jnp.tile(y, (1, -(-widest // y.shape[1])))
+        return x + h[:, : x.shape[1]] * 1e-3
+
+    run = jax.jit(lambda x: jax.lax.fori_loop(0, steps, step, x))
+    x = jnp.ones((rows, shapes[0][0]), jnp.float32)
+    jax.block_until_ready(run(x))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(run(x))
+        times.append((time.perf_counter() - start) / steps)
+    return statistics.median(times)
 
 
 def build(kind: str, batch: int, prompt: int, new: int) -> tuple[object, dict]:
@@ -164,6 +249,18 @@ def run_model(kind: str, batch: int, args: argparse.Namespace, peer: Peer | None
         ours.append(time.perf_counter() - start)
         if peer is not None:
             theirs.append(peer.ask(op="run")["s"])
+    if args.products:
+        rows = batch
+        ours_products = products_alone(step_kernel_shapes(params, joined=rows == 1), rows, args.new_tokens, 3)
+        if peer is not None:
+            shapes = step_kernel_shapes(params, joined=False)
+            theirs_products = peer.ask(
+                op="products",
+                shapes=shapes,
+                rows=rows,
+                steps=args.new_tokens,
+                repeats=3,
+            )
     tokens = batch * new_tokens
     median = statistics.median(ours)
     result = {
@@ -176,6 +273,8 @@ def run_model(kind: str, batch: int, args: argparse.Namespace, peer: Peer | None
         "tokens_per_s": tokens / median,
         "times_s": ours,
     }
+    if args.products:
+        result["products_s_per_step"] = ours_products
     if peer_info is not None:
         peer_median = statistics.median(theirs)
         result["peer"] = {
@@ -188,6 +287,8 @@ def run_model(kind: str, batch: int, args: argparse.Namespace, peer: Peer | None
             "malloc": peer.malloc,
             "params": peer_info["params"],
         }
+        if args.products:
+            result["peer"]["products_s_per_step"] = theirs_products["s_per_step"]
         result["ratio"] = peer_median / median
     return result
 
@@ -241,7 +342,12 @@ def model_only(fn, inputs, cache):
 
     def body(i, carry):
         token, cache = carry
-        state = DecodingState(cur_index=jnp.full((batch,), i), sequences=inputs, cur_token=token, cache=cache)
+        state = DecodingState(
+            cur_index=jnp.full((batch,), i),
+            sequences=inputs,
+            cur_token=token,
+            cache=cache,
+        )
         logits, cache = fn(state)
         return jnp.argmax(logits, axis=-1)[:, None].astype(jnp.int32), cache
 
@@ -309,6 +415,10 @@ def _print_models(results: list[dict]) -> None:
                 f"{'':9} {'':>5} {'HF-torch':8} {p['median_s']:8.3f} {p['tokens_per_s']:9.1f}"
                 f" {p['first_call_s']:10.1f} {r['ratio']:8.2f}x"
             )
+        if "products_s_per_step" in r:
+            theirs = r.get("peer", {}).get("products_s_per_step")
+            line = f"{'':9} {'':>5} weight products alone: XLA {r['products_s_per_step'] * 1e3:.2f} ms/token"
+            print(line + (f", torch {theirs * 1e3:.2f} ms/token" if theirs is not None else ""))
 
 
 def _print_toy(results: list[dict]) -> None:
@@ -328,7 +438,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workloads", default="encdec,dec", help="comma-separated: encdec, dec, toy")
     parser.add_argument("--batches", default="8,1")
-    parser.add_argument("--prompt", type=int, default=256, help="input (ENCDEC-S) or prompt (DEC-S) tokens")
+    parser.add_argument(
+        "--prompt",
+        type=int,
+        default=256,
+        help="input (ENCDEC-S) or prompt (DEC-S) tokens",
+    )
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--peer-python", default=None, help="interpreter with torch + transformers")
@@ -336,6 +451,11 @@ def main() -> None:
     parser.add_argument("--decoders", default=",".join(DECODERS), help="toy workload: decoders to time")
     parser.add_argument("--vocab", type=int, default=VOCAB, help="toy workload: vocabulary size")
     parser.add_argument("--dim", type=int, default=D, help="toy workload: model width")
+    parser.add_argument(
+        "--products",
+        action="store_true",
+        help="also time each side's weight products of one generated token alone (a floor under a step)",
+    )
     parser.add_argument("--json", dest="json_out")
     args = parser.parse_args()
     kinds = [k.strip() for k in args.workloads.split(",") if k.strip()]

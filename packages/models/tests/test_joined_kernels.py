@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from t5x import decoding
-from t5x.models import DecoderOnlyModel, EncoderDecoderModel, preset
-from t5x.models._joined import JOINED, join_decode_kernels
+from t5x.models import DecoderOnlyModel, EncoderDecoderModel, join_decode_kernels, preset
+from t5x.models._joined import JOINED
 
 VOCAB = 40
 

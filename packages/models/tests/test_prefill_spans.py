@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5x.models import DecoderOnlyModel, preset
-from t5x.models._models import _zeros_like_shapes, prefill_spans
+from t5x.models import DecoderOnlyModel, prefill_spans, preset
+from t5x.models._models import _zeros_like_shapes
 
 VOCAB, LENGTH = 40, 300
 

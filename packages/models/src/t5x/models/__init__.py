@@ -4,6 +4,7 @@ from t5x.models._attention import MultiHeadDotProductAttention, dot_product_atte
 from t5x.models._config import DecoderOnlyConfig, T5Config
 from t5x.models._flops import decoder_only_flops_per_token, encoder_decoder_flops_per_token
 from t5x.models._hf_names import hf_to_t5x_params, t5x_to_hf_state
+from t5x.models._joined import join_decode_kernels
 from t5x.models._layers import (
     DenseGeneral,
     Embed,
@@ -25,7 +26,7 @@ from t5x.models._losses import (
     get_loss_normalizing_factor_and_weights,
     token_cross_entropy,
 )
-from t5x.models._models import DecoderOnlyModel, EncoderDecoderModel
+from t5x.models._models import DecoderOnlyModel, EncoderDecoderModel, prefill_spans
 from t5x.models._mtf_names import mtf_to_t5x_state, mtf_variable_to_t5x, t5_config_from_params
 from t5x.models._network import Decoder, DecoderLayer, Encoder, EncoderLayer
 from t5x.models._presets import PRESETS, preset
@@ -68,9 +69,11 @@ __all__ = [
     "dot_product_attention",
     "encoder_decoder_flops_per_token",
     "get_loss_normalizing_factor_and_weights",
+    "join_decode_kernels",
     "make_attention_mask",
     "make_causal_mask",
     "make_decoder_mask",
+    "prefill_spans",
     "preset",
     "relative_position_bucket",
     "scan_params",
