@@ -23,11 +23,16 @@ machine (1-minute load above the CPU count) the peer runs with ``OMP_WAIT_POLICY
 (see `Peer`); the JSON records the policy used. The peer runs in the user's own environment,
 or with our glibc malloc settings under ``--peer-malloc ours``.
 
+``--products`` also times, for each workload, the weight products one generated token goes
+through, chained in a loop of their own and nothing else (ours in XLA, with the joined kernels
+a one-row step uses; the peer's in torch): a floor under a step, which says how much of a
+step is the products and how much the rest (attention, the cache, norms).
+
 ``--workloads toy`` adds the decoder-machinery table on a one-layer toy model: greedy,
 top-k, top-p and beam search, and a bare ``fori_loop`` ``floor``. Usage:
 
     python tools/bench_decode.py [--workloads encdec,dec] [--batches 8,1] [--repeats 3]
-        [--peer-python /work/peers/hf/bin/python] [--peer-malloc user|ours] [--json OUT]
+        [--peer-python /work/peers/hf/bin/python] [--peer-malloc user|ours] [--products] [--json OUT]
 """
 
 from __future__ import annotations
