@@ -20,10 +20,11 @@ def matmul_peak(n: int, dtype: Any) -> float:
     a = jax.random.normal(jax.random.PRNGKey(0), (n, n), dtype)
     b = jax.random.normal(jax.random.PRNGKey(1), (n, n), dtype)
     mm = jax.jit(lambda a, b: jnp.matmul(a, b, preferred_element_type=jnp.float32))
-    return 2 * n**3 / _median_seconds(lambda: mm(a, b).block_until_ready(), 5)
+    return 2 * n**3 / median_seconds(lambda: mm(a, b).block_until_ready(), 5)
 
 
-def _median_seconds(fn: Any, repeats: int) -> float:
+def median_seconds(fn: Any, repeats: int) -> float:
+    """Median seconds of ``repeats`` calls of ``fn``, after one untimed call."""
     fn()
     times = []
     for _ in range(repeats):
@@ -95,7 +96,7 @@ def time_product(product: dict, repeats: int = 3) -> float:
     product_fn = jax.jit(
         lambda a, b: jax.lax.dot_general(a, b, product["dims"], preferred_element_type=jnp.float32)
     )
-    return _median_seconds(lambda: product_fn(lhs, rhs).block_until_ready(), repeats)
+    return median_seconds(lambda: product_fn(lhs, rhs).block_until_ready(), repeats)
 
 
 def _train_step_fn(model: Any, opt: Any) -> Any:

@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from _peer import Peer, add_peer_malloc_flag
+from _train_step import median_seconds
 from flax import traverse_util
 
 from t5x import decoding
@@ -189,13 +190,7 @@ def products_alone(shapes: list[tuple[int, int]], rows: int, steps: int, repeats
 
     run = jax.jit(lambda x: jax.lax.fori_loop(0, steps, step, x))
     x = jnp.ones((rows, shapes[0][0]), jnp.float32)
-    jax.block_until_ready(run(x))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(run(x))
-        times.append((time.perf_counter() - start) / steps)
-    return statistics.median(times)
+    return median_seconds(lambda: jax.block_until_ready(run(x)), repeats) / steps
 
 
 def build(kind: str, batch: int, prompt: int, new: int) -> tuple[object, dict]:

@@ -22,6 +22,14 @@ CPU_DEFAULTS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 BACKEND_DEFAULTS = {"xla_cpu_small_while_loop_byte_threshold": "0"}
 
 
+def _append_missing(environ: MutableMapping[str, str], flags: dict[str, str]) -> None:
+    """Appends each of ``flags``' values to ``XLA_FLAGS`` whose key does not appear there yet."""
+    current = environ.get("XLA_FLAGS", "")
+    added = [flag for probe, flag in flags.items() if probe not in current]
+    if added:
+        environ["XLA_FLAGS"] = " ".join(filter(None, [current, *added]))
+
+
 def add_backend_defaults(environ: MutableMapping[str, str]) -> None:
     """Appends each of ``BACKEND_DEFAULTS`` to ``environ["XLA_FLAGS"]`` unless the user set it.
 
@@ -29,14 +37,9 @@ def add_backend_defaults(environ: MutableMapping[str, str]) -> None:
     stay as they are. Library users who decode outside ``t5x-launch`` call this before JAX
     starts its backend.
     """
-    flags = environ.get("XLA_FLAGS", "")
-    added = [
-        f"--xla_backend_extra_options={key}={value}"
-        for key, value in BACKEND_DEFAULTS.items()
-        if f"{key}=" not in flags
-    ]
-    if added:
-        environ["XLA_FLAGS"] = " ".join(filter(None, [flags, *added]))
+    _append_missing(
+        environ, {f"{k}=": f"--xla_backend_extra_options={k}={v}" for k, v in BACKEND_DEFAULTS.items()}
+    )
 
 
 def add_xla_defaults(environ: MutableMapping[str, str]) -> None:
@@ -45,8 +48,5 @@ def add_xla_defaults(environ: MutableMapping[str, str]) -> None:
     Both ``CPU_DEFAULTS`` and ``BACKEND_DEFAULTS``. Takes effect only for a JAX backend that
     has not started yet (XLA reads the flags once, when the backend is created).
     """
-    flags = environ.get("XLA_FLAGS", "")
-    added = [f"--{name}={value}" for name, value in CPU_DEFAULTS.items() if f"--{name}" not in flags]
-    if added:
-        environ["XLA_FLAGS"] = " ".join(filter(None, [flags, *added]))
+    _append_missing(environ, {f"--{name}": f"--{name}={value}" for name, value in CPU_DEFAULTS.items()})
     add_backend_defaults(environ)
