@@ -215,8 +215,10 @@ def bench_decode(peer: str | None, quick: bool, load, log, timeout, peer_malloc:
     peer_name = _hf_peer_name(peer_malloc)
     for r in data["results"]:
         p = r.get("peer")
+        kernel = "CPU kernels" if data["meta"].get("cpu_kernels") else "XLA only"
         config = (
             f"{r['workload']} greedy, batch {r['batch']}, {r['prompt']} prompt + {r['new_tokens']} new tokens"
+            f" ({kernel})"
         )
         load_before = tuple(r.get("load_before", load))
         rows.append(

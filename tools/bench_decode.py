@@ -24,9 +24,14 @@ machine (1-minute load above the CPU count) the peer runs with ``OMP_WAIT_POLICY
 or with our glibc malloc settings under ``--peer-malloc ours``.
 
 ``--products`` also times, for each workload, the weight products one generated token goes
-through, chained in a loop of their own and nothing else (ours in XLA, with the joined kernels
-a one-row step uses; the peer's in torch): a floor under a step, which says how much of a
-step is the products and how much the rest (attention, the cache, norms).
+through, chained in a loop of their own and nothing else (ours as a step runs them: through
+the packed CPU kernel where `t5x.models.cpu_kernels_ready()`, else XLA's products with the
+joined kernels a one-row step uses; the peer's in torch): a floor under a step, which says how
+much of a step is the products and how much the rest (attention, the cache, norms).
+
+Decoding steps run on t5x.models' CPU kernels (weights packed once per call, the KV cache
+streamed) where they build; ``T5X_CPU_KERNELS=0`` times XLA's products alone. The header
+line and the JSON (``meta.cpu_kernels``) say which ran.
 
 ``--workloads toy`` adds the decoder-machinery table on a one-layer toy model: greedy,
 top-k, top-p and beam search, and a bare ``fori_loop`` ``floor``. Usage:
@@ -59,8 +64,11 @@ from t5x.models import (
     DecoderOnlyModel,
     EncoderDecoderModel,
     T5Config,
+    cpu_kernels_ready,
     join_decode_kernels,
+    packed_matmul,
 )
+from t5x.models._cpu_kernels import pack_kernel
 
 VOCAB, D, HEADS, HEAD_DIM, MLP = 32128, 512, 8, 64, 1024
 NAMES = {"encdec": "ENCDEC-S", "dec": "DEC-S"}
@@ -171,21 +179,23 @@ def step_kernel_shapes(params, joined: bool) -> list[tuple[int, int]]:
     return list(products.values())
 
 
-def products_alone(shapes: list[tuple[int, int]], rows: int, steps: int, repeats: int) -> float:
+def products_alone(shapes: list[tuple[int, int]], rows: int, steps: int, repeats: int, packed: bool) -> float:
     """Seconds per step of ``steps`` steps that only chain ``rows`` rows through ``shapes``.
 
-    Inside a `lax.fori_loop`, as decoding runs them; what else a step does (attention,
-    norms, the cache) is left out, so this bounds a step from below.
+    Inside a `lax.fori_loop`, as decoding runs them (with ``packed``, through the packed CPU
+    kernel, the kernels packed beforehand); what else a step does (attention, norms, the
+    cache) is left out, so this bounds a step from below.
     """
     keys = jax.random.split(jax.random.PRNGKey(1), len(shapes))
     kernels = [jax.random.normal(k, s) * 0.02 for k, s in zip(keys, shapes, strict=True)]
     widest = max(k for k, _ in shapes)
+    operands = [pack_kernel(w) for w in kernels] if packed else kernels
 
     def step(_, x):
         h = x
-        for w in kernels:
-            y = h[:, : w.shape[0]] @ w
-            h = y if y.shape[1] >= widest else jnp.tile(y, (1, -(-widest // y.shape[1])))
+        for (k, n), w in zip(shapes, operands, strict=True):
+            y = packed_matmul(h[:, :k], w, n) if packed else h[:, :k] @ w
+            h = y if n >= widest else jnp.tile(y, (1, -(-widest // n)))
         return x + h[:, : x.shape[1]] * 1e-3
 
     run = jax.jit(lambda x: jax.lax.fori_loop(0, steps, step, x))
@@ -250,8 +260,9 @@ def run_model(kind: str, batch: int, args: argparse.Namespace, peer: Peer | None
         if peer is not None:
             theirs.append(peer.ask(op="run")["s"])
     if args.products:
-        rows = batch
-        ours_products = products_alone(step_kernel_shapes(params, joined=rows == 1), rows, args.new_tokens, 3)
+        rows, packed = batch, cpu_kernels_ready()
+        shapes = step_kernel_shapes(params, joined=rows == 1 and not packed)
+        ours_products = products_alone(shapes, rows, args.new_tokens, 3, packed)
         if peer is not None:
             shapes = step_kernel_shapes(params, joined=False)
             theirs_products = peer.ask(
@@ -417,7 +428,7 @@ def _print_models(results: list[dict]) -> None:
             )
         if "products_s_per_step" in r:
             theirs = r.get("peer", {}).get("products_s_per_step")
-            line = f"{'':9} {'':>5} weight products alone: XLA {r['products_s_per_step'] * 1e3:.2f} ms/token"
+            line = f"{'':9} {'':>5} weight products alone: ours {r['products_s_per_step'] * 1e3:.2f} ms/token"
             print(line + (f", torch {theirs * 1e3:.2f} ms/token" if theirs is not None else ""))
 
 
@@ -490,7 +501,8 @@ def main() -> None:
         f"decode, greedy, {args.new_tokens} new tokens, float32, {device.platform} ({platform.machine()}), "
         f"jax {jax.__version__}, median of {args.repeats}; load average before "
         f"{max(x[0] for x in loads):.2f} (max 1-min), now {tuple(round(x, 2) for x in load)}; "
-        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; CPU kernels: "
+        f"{'on' if cpu_kernels_ready() else 'off (XLA only)'}"
     )
     if results:
         _print_models(results)
@@ -509,6 +521,7 @@ def main() -> None:
             "device_kind": device.device_kind,
             "jax": jax.__version__,
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "cpu_kernels": cpu_kernels_ready(),
             "loadavg": load,
             "cpus": os.cpu_count(),
             "prompt": args.prompt,

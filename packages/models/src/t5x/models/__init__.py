@@ -2,6 +2,7 @@
 
 from t5x.models._attention import MultiHeadDotProductAttention, dot_product_attention
 from t5x.models._config import DecoderOnlyConfig, T5Config
+from t5x.models._cpu_kernels import cpu_kernels_ready, pack_decode_kernels, packed_matmul
 from t5x.models._flops import decoder_only_flops_per_token, encoder_decoder_flops_per_token
 from t5x.models._hf_names import hf_to_t5x_params, t5x_to_hf_state
 from t5x.models._joined import join_decode_kernels
@@ -73,6 +74,9 @@ __all__ = [
     "make_attention_mask",
     "make_causal_mask",
     "make_decoder_mask",
+    "pack_decode_kernels",
+    "packed_matmul",
+    "cpu_kernels_ready",
     "prefill_spans",
     "preset",
     "relative_position_bucket",

@@ -9,6 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from t5x.models._cpu_kernels import cache_logits, cache_values, cpu_kernels_ready
 from t5x.models._joined import joined_kernel
 from t5x.models._layers import DenseGeneral, RelativeBias, combine_masks, constrain, nd_init
 from t5x.models._matmul import dense, dot_general
@@ -111,6 +112,13 @@ def _attend_to_cache(
     """
     if float32_logits:
         query, key = query.astype(jnp.float32), key.astype(jnp.float32)
+    if _cache_kernels_apply(query, key, value, dtype, matmul_dtype):
+        # One query per row: both products stream the cache through the CPU kernels.
+        logits = cache_logits(query[:, 0], key)[:, :, None, :]
+        if bias is not None:
+            logits = logits + bias.astype(logits.dtype)
+        weights = jax.nn.softmax(logits)
+        return cache_values(weights[:, :, 0, :], value)[:, None]
     # bqhd,bhdk->bhqk
     logits = dot_general(query, key, (((3,), (2,)), ((0, 2), (0, 1))), matmul_dtype)
     if bias is not None:
@@ -119,6 +127,19 @@ def _attend_to_cache(
     # bhqk,bhdk->bhqd, then bqhd
     out = dot_general(weights, value.astype(dtype), (((3,), (3,)), ((0, 1), (0, 1))), matmul_dtype)
     return jnp.swapaxes(out, 1, 2)
+
+
+def _cache_kernels_apply(
+    query: jax.Array, key: jax.Array, value: jax.Array, dtype: Any, matmul_dtype: Any
+) -> bool:
+    """Whether `_attend_to_cache` runs on the CPU kernels: one float32 query per row, where they are ready."""
+    f32 = jnp.dtype(jnp.float32)
+    return (
+        query.shape[1] == 1
+        and query.dtype == key.dtype == value.dtype == jnp.dtype(dtype) == f32
+        and (matmul_dtype is None or jnp.dtype(matmul_dtype) == f32)
+        and cpu_kernels_ready()
+    )
 
 
 def _mask_to_bias(mask: jax.Array, dtype: Any) -> jax.Array:

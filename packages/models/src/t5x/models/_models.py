@@ -12,6 +12,8 @@ import numpy as np
 
 from t5x import decoding
 from t5x.models._config import DecoderOnlyConfig, T5Config
+from t5x.models._cpu_kernels import MAX_ROWS as PACKED_MAX_ROWS
+from t5x.models._cpu_kernels import PACKED, cpu_kernels_ready, pack_decode_kernels
 from t5x.models._flops import decoder_only_flops_per_token, encoder_decoder_flops_per_token
 from t5x.models._joined import JOINED, join_decode_kernels
 from t5x.models._losses import (
@@ -198,12 +200,19 @@ class _TransformerModel:
         )
 
     def _step_variables(self, params: PyTree, rows: int) -> dict[str, PyTree]:
-        """``params`` for a decoding step, joined (`join_decode_kernels`) when a step has one row."""
+        """``params`` for a decoding step of ``rows`` rows, with the decoder's kernels prepared.
+
+        Packed for the CPU kernel where it is ready (`pack_decode_kernels`), else joined when a
+        step has one row (`join_decode_kernels`). Either is made once per decode call, outside
+        its loop; the encoder does not run per step.
+        """
         variables = {"params": params}
-        if rows == 1 and not self.config.scan_layers:
-            joined = join_decode_kernels(params["decoder"])  # the encoder does not run per step
-            if joined:
-                variables[JOINED] = {"decoder": joined}
+        if self.config.scan_layers:
+            return variables
+        if rows <= PACKED_MAX_ROWS and cpu_kernels_ready():
+            variables[PACKED] = {"decoder": pack_decode_kernels(params["decoder"])}
+        elif rows == 1 and (joined := join_decode_kernels(params["decoder"])):
+            variables[JOINED] = {"decoder": joined}
         return variables
 
     @property

@@ -1,0 +1,373 @@
+"""Decoding kernels prepared once per call: joined (one-row steps) and packed (the CPU kernel).
+
+For each: what is prepared, that a step really multiplies by it, and that it changes nothing."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import traverse_util
+
+from t5x import decoding
+from t5x.models import (
+    DecoderOnlyModel,
+    EncoderDecoderModel,
+    _attention,
+    _models,
+    cpu_kernels_ready,
+    join_decode_kernels,
+    pack_decode_kernels,
+    packed_matmul,
+    preset,
+)
+from t5x.models._cpu_kernels import MAX_ROWS as PACKED_MAX_ROWS
+from t5x.models._cpu_kernels import PACKED, cache_logits, cache_values, pack_kernel
+from t5x.models._joined import JOINED
+
+VOCAB = 40
+
+
+def _encdec(batch=1):
+    rng = np.random.default_rng(5)
+    enc = rng.integers(2, VOCAB, size=(batch, 7)).astype(np.int32)
+    tgt = rng.integers(2, VOCAB, size=(batch, 5)).astype(np.int32)
+    dec_in = np.concatenate([np.zeros((batch, 1), np.int32), tgt[:, :-1]], axis=1)
+    model = EncoderDecoderModel(preset("t5_1_1_tiny", vocab_size=VOCAB))
+    feats = {"encoder_input_tokens": enc, "decoder_input_tokens": dec_in, "decoder_target_tokens": tgt}
+    params = model.get_initial_variables(jax.random.PRNGKey(0), {k: v.shape for k, v in feats.items()})[
+        "params"
+    ]
+    return model, params, feats
+
+
+def test_joins_each_decoder_self_attention_and_gated_mlp():
+    _, params, _ = _encdec()
+    joined = join_decode_kernels(params["decoder"])
+    layers = sorted(k for k in params["decoder"] if k.startswith("layers_"))
+    assert sorted(joined) == layers
+    for name in layers:
+        layer, got = params["decoder"][name], joined[name]
+        assert sorted(got) == ["mlp", "self_attention"]  # no cross-attention: its keys read the encoder
+        attention = layer["self_attention"]
+        want = np.concatenate([attention[n]["kernel"] for n in ("query", "key", "value")], axis=1)
+        np.testing.assert_array_equal(got["self_attention"]["qkv"], want)
+        want = np.concatenate([layer["mlp"]["wi_0"]["kernel"], layer["mlp"]["wi_1"]["kernel"]], axis=1)
+        np.testing.assert_array_equal(got["mlp"]["wi"], want)
+
+
+def test_scanned_or_ungated_kernels_do_not_join():
+    scanned = EncoderDecoderModel(preset("umt5_tiny", vocab_size=VOCAB))
+    shapes = {"encoder_input_tokens": (1, 7), "decoder_input_tokens": (1, 5), "decoder_target_tokens": (1, 5)}
+    params = scanned.get_initial_variables(jax.random.PRNGKey(0), shapes)["params"]
+    assert join_decode_kernels(params["decoder"]) == {}
+    relu = EncoderDecoderModel(preset("t5_1_1_tiny", vocab_size=VOCAB, mlp_activations=("relu",)))
+    params = relu.get_initial_variables(jax.random.PRNGKey(0), shapes)["params"]
+    assert all(
+        sorted(layer) == ["self_attention"] for layer in join_decode_kernels(params["decoder"]).values()
+    )
+
+
+def _stepwise_logits(model, params, feats, prepared=None):
+    """Teacher-forced logits of single decoding steps; ``prepared`` adds variable collections."""
+    module, enc, dec_in = model.module, feats["encoder_input_tokens"], feats["decoder_input_tokens"]
+    length = dec_in.shape[1]
+    cache_shapes = jax.eval_shape(
+        lambda: module.apply(
+            {"params": params}, enc, dec_in, dec_in, enable_dropout=False, decode=True,
+            max_decode_length=length, mutable=["cache"],
+        )[1]["cache"]
+    )  # fmt: skip
+    cache = jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), cache_shapes)
+    encoded = module.apply({"params": params}, enc, enable_dropout=False, method="encode")
+    variables = {"params": params, **(prepared or {})}
+
+    def step(cache, tok):
+        logits, new_vars = module.apply(
+            {**variables, "cache": cache}, encoded, enc, tok[:, None], tok[:, None],
+            enable_dropout=False, decode=True, max_decode_length=length, mutable=["cache"], method="decode",
+        )  # fmt: skip
+        return new_vars["cache"], logits[:, 0]
+
+    return np.asarray(jax.jit(lambda c: jax.lax.scan(step, c, dec_in.T)[1])(cache))
+
+
+def test_one_row_steps_read_the_joined_kernels_and_match_the_separate_products():
+    model, params, feats = _encdec(batch=1)
+    joined = join_decode_kernels(params["decoder"])
+    full = model.module.apply({"params": params}, *feats.values(), enable_dropout=False)
+    separate = _stepwise_logits(model, params, feats)
+    together = _stepwise_logits(model, params, feats, {JOINED: {"decoder": joined}})
+    np.testing.assert_allclose(together, separate, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(together, np.swapaxes(np.asarray(full), 0, 1), atol=2e-5, rtol=2e-5)
+    # Zeroed joined kernels change the logits: the step really multiplies by them.
+    zeroed = jax.tree_util.tree_map(jnp.zeros_like, joined)
+    assert not np.allclose(
+        _stepwise_logits(model, params, feats, {JOINED: {"decoder": zeroed}}), separate, atol=1e-3
+    )
+
+
+def test_steps_of_several_rows_ignore_joined_kernels():
+    model, params, feats = _encdec(batch=2)
+    zeroed = jax.tree_util.tree_map(jnp.zeros_like, join_decode_kernels(params["decoder"]))
+    np.testing.assert_array_equal(
+        _stepwise_logits(model, params, feats, {JOINED: {"decoder": zeroed}}),
+        _stepwise_logits(model, params, feats),
+    )
+
+
+@pytest.mark.parametrize("kind", ["encdec", "decoder"])
+def test_greedy_decoding_of_one_example_equals_its_row_in_a_batch(kind, monkeypatch):
+    # Batch 1 decodes through the joined kernels, batch 2 through the separate ones (the
+    # joined kernels are the fallback where the CPU kernels are not ready).
+    monkeypatch.setattr(_models, "cpu_kernels_ready", lambda: False)
+    rng = np.random.default_rng(7)
+    if kind == "encdec":
+        model, params, feats = _encdec(batch=2)
+        model = EncoderDecoderModel(model.config, decode_fn=decoding.temperature_sample)
+        batch = {
+            "encoder_input_tokens": feats["encoder_input_tokens"],
+            "decoder_input_tokens": np.zeros((2, 6), np.int32),
+        }
+    else:
+        model = DecoderOnlyModel(preset("decoder_tiny", vocab_size=VOCAB))
+        tokens = rng.integers(2, VOCAB, size=(2, 10)).astype(np.int32)
+        dca = (np.arange(10)[None, :] <= np.array([[4], [6]])).astype(np.int32)
+        batch = {"decoder_input_tokens": tokens * dca, "decoder_causal_attention": dca}
+        shapes = {"decoder_input_tokens": (2, 10), "decoder_target_tokens": (2, 10)}
+        params = model.get_initial_variables(jax.random.PRNGKey(0), shapes)["params"]
+    assert model._step_variables(params, 1).keys() == {"params", JOINED}
+    greedy = {"temperature": 0.0}
+    both, both_aux = model.predict_batch_with_aux(params, batch, decoder_params=greedy)
+    for row in range(2):
+        one, one_aux = model.predict_batch_with_aux(
+            params, {k: v[row : row + 1] for k, v in batch.items()}, decoder_params=greedy
+        )
+        np.testing.assert_array_equal(one[0], both[row])
+        np.testing.assert_allclose(one_aux["scores"][0], both_aux["scores"][row], rtol=1e-5, atol=1e-5)
+
+
+# --- packed kernels ---------------------------------------------------------------------
+
+requires_compiler = pytest.mark.skipif(
+    not any(shutil.which(c) for c in ("g++", "c++", "clang++")) and not os.environ.get("CXX"),
+    reason="the CPU kernels are built with a C++ compiler, and none is installed",
+)
+
+
+@requires_compiler
+@pytest.mark.parametrize("rows", [1, 3, 8, 9, 20])
+@pytest.mark.parametrize(("k", "n"), [(1, 5), (7, 32), (64, 33), (130, 100)])
+def test_packed_matmul_equals_the_product(rows, k, n):
+    assert cpu_kernels_ready()
+    rng = np.random.default_rng(rows * 1000 + k + n)
+    x = rng.normal(size=(rows, k)).astype(np.float32)
+    kernel = rng.normal(size=(k, n)).astype(np.float32)
+    got = jax.jit(lambda x, p: packed_matmul(x, p, n))(x, pack_kernel(kernel))
+    assert got.shape == (rows, n) and got.dtype == jnp.float32
+    np.testing.assert_allclose(got, x.astype(np.float64) @ kernel.astype(np.float64), rtol=1e-5, atol=1e-5)
+
+
+@requires_compiler
+def test_packed_matmul_keeps_leading_axes_and_vmaps():
+    assert cpu_kernels_ready()
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 2, 16)).astype(np.float32)
+    kernel = rng.normal(size=(16, 40)).astype(np.float32)
+    packed = pack_kernel(kernel)
+    want = np.einsum("abk,kn->abn", x, kernel)
+    np.testing.assert_allclose(packed_matmul(x, packed, 40), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        jax.vmap(lambda r: packed_matmul(r, packed, 40))(x), want, rtol=1e-5, atol=1e-5
+    )
+
+
+def test_pack_kernel_lays_out_32_column_blocks():
+    kernel = np.arange(3 * 70, dtype=np.float32).reshape(3, 70)
+    packed = np.asarray(pack_kernel(kernel))
+    assert packed.shape == (3, 3, 32)  # ceil(70 / 32) blocks of [in, 32]
+    for block in range(3):
+        width = min(32, 70 - 32 * block)
+        np.testing.assert_array_equal(packed[block, :, :width], kernel[:, 32 * block : 32 * block + width])
+        np.testing.assert_array_equal(packed[block, :, width:], 0)
+
+
+def test_pack_decode_kernels_packs_every_2d_kernel():
+    _, params, _ = _encdec()
+    packed = pack_decode_kernels(params["decoder"])
+    flat = traverse_util.flatten_dict(params["decoder"])
+    got = traverse_util.flatten_dict(packed)
+    assert sorted(got) == sorted(path for path, v in flat.items() if path[-1] == "kernel")
+    for path, value in got.items():
+        np.testing.assert_array_equal(value, pack_kernel(flat[path]))
+    scanned = EncoderDecoderModel(preset("umt5_tiny", vocab_size=VOCAB))
+    shapes = {"encoder_input_tokens": (1, 7), "decoder_input_tokens": (1, 5), "decoder_target_tokens": (1, 5)}
+    stacked = scanned.get_initial_variables(jax.random.PRNGKey(0), shapes)["params"]
+    # Scanned layers' kernels are 3-D (a layer axis): only the logits kernel packs.
+    assert list(pack_decode_kernels(stacked["decoder"])) == ["logits_dense"]
+
+
+@requires_compiler
+@pytest.mark.parametrize("batch", [1, 2])
+def test_steps_read_the_packed_kernels_and_match_the_separate_products(batch):
+    assert cpu_kernels_ready()
+    model, params, feats = _encdec(batch=batch)
+    packed = pack_decode_kernels(params["decoder"])
+    separate = _stepwise_logits(model, params, feats)
+    np.testing.assert_allclose(
+        _stepwise_logits(model, params, feats, {PACKED: {"decoder": packed}}), separate, atol=1e-5, rtol=1e-5
+    )
+    # Zeroed packed kernels change the logits: the step really multiplies by them.
+    zeroed = jax.tree_util.tree_map(jnp.zeros_like, packed)
+    assert not np.allclose(
+        _stepwise_logits(model, params, feats, {PACKED: {"decoder": zeroed}}), separate, atol=1e-3
+    )
+
+
+def test_steps_of_more_rows_than_the_packed_kernel_takes_ignore_it():
+    model, params, feats = _encdec(batch=PACKED_MAX_ROWS + 1)
+    zeroed = jax.tree_util.tree_map(jnp.zeros_like, pack_decode_kernels(params["decoder"]))
+    np.testing.assert_array_equal(
+        _stepwise_logits(model, params, feats, {PACKED: {"decoder": zeroed}}),
+        _stepwise_logits(model, params, feats),
+    )
+
+
+def _greedy_case(kind, batch):
+    rng = np.random.default_rng(11)
+    if kind == "encdec":
+        model, params, feats = _encdec(batch=batch)
+        model = EncoderDecoderModel(model.config, decode_fn=decoding.temperature_sample)
+        return (
+            model,
+            params,
+            {
+                "encoder_input_tokens": feats["encoder_input_tokens"],
+                "decoder_input_tokens": np.zeros((batch, 6), np.int32),
+            },
+        )
+    model = DecoderOnlyModel(preset("decoder_tiny", vocab_size=VOCAB))
+    tokens = rng.integers(2, VOCAB, size=(batch, 10)).astype(np.int32)
+    dca = (np.arange(10)[None, :] <= rng.integers(2, 7, size=(batch, 1))).astype(np.int32)
+    shapes = {"decoder_input_tokens": (batch, 10), "decoder_target_tokens": (batch, 10)}
+    params = model.get_initial_variables(jax.random.PRNGKey(0), shapes)["params"]
+    return model, params, {"decoder_input_tokens": tokens * dca, "decoder_causal_attention": dca}
+
+
+@requires_compiler
+@pytest.mark.parametrize("kind", ["encdec", "decoder"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_greedy_decodes_with_the_packed_kernel_equal_xlas(kind, batch, monkeypatch):
+    assert cpu_kernels_ready()
+    model, params, batch_features = _greedy_case(kind, batch)
+    greedy = {"temperature": 0.0}
+
+    def decode():
+        fn = jax.jit(lambda p, b: model.predict_batch_with_aux(p, b, decoder_params=greedy))
+        return fn(params, batch_features), fn.lower(params, batch_features).as_text()
+
+    (packed, packed_aux), packed_hlo = decode()
+    _xla_only(monkeypatch)
+    (xla, xla_aux), xla_hlo = decode()
+    for target in ("t5x_packed_matmul", "t5x_cache_logits", "t5x_cache_values"):
+        assert target in packed_hlo and target not in xla_hlo
+    np.testing.assert_array_equal(packed, xla)
+    np.testing.assert_allclose(packed_aux["scores"], xla_aux["scores"], rtol=1e-5, atol=1e-5)
+
+
+_READY_SCRIPT = """
+import json, os, warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    from t5x.models import cpu_kernels_ready
+    ready = cpu_kernels_ready()
+built = sorted(os.listdir(os.environ["T5X_CACHE_DIR"])) if os.path.isdir(os.environ["T5X_CACHE_DIR"]) else []
+print(json.dumps({"ready": ready, "built": built, "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+def _ready_in_subprocess(tmp_path, **env):
+    full = {**os.environ, "T5X_CACHE_DIR": str(tmp_path / "cache"), **env}
+    out = subprocess.run(
+        [sys.executable, "-c", _READY_SCRIPT], env=full, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@requires_compiler
+def test_the_kernels_are_built_once_into_the_cache(tmp_path):
+    first = _ready_in_subprocess(tmp_path)
+    assert first["ready"] and len(first["built"]) == 1 and first["built"][0].endswith(".so")
+    library = tmp_path / "cache" / first["built"][0]
+    stamp = library.stat().st_mtime_ns
+    # Another process loads the cached build, even where no compiler would work.
+    second = _ready_in_subprocess(tmp_path, CXX="/bin/false")
+    assert second["ready"] and second["built"] == first["built"]
+    assert library.stat().st_mtime_ns == stamp
+
+
+def test_a_failed_build_warns_and_decoding_keeps_xlas_products(tmp_path):
+    got = _ready_in_subprocess(tmp_path, CXX="/bin/false")
+    assert not got["ready"] and got["built"] == []
+    assert any("CPU kernels did not build" in w for w in got["warnings"])
+
+
+def test_t5x_cpu_kernels_0_turns_the_kernels_off(tmp_path):
+    got = _ready_in_subprocess(tmp_path, T5X_CPU_KERNELS="0")
+    assert got == {"ready": False, "built": [], "warnings": []}
+
+
+# --- attention to the cache ---------------------------------------------------------------
+
+
+@requires_compiler
+@pytest.mark.parametrize("groups", [(1,), (2, 3)])
+@pytest.mark.parametrize(("depth", "length"), [(1, 1), (8, 31), (64, 32), (16, 33), (64, 319)])
+def test_cache_kernels_equal_the_einsums(groups, depth, length):
+    assert cpu_kernels_ready()
+    rng = np.random.default_rng(depth * 1000 + length)
+    query = rng.normal(size=(*groups, depth)).astype(np.float32)
+    weights = rng.random(size=(*groups, length)).astype(np.float32)
+    cache = rng.normal(size=(*groups, depth, length)).astype(np.float32)
+    q64, w64, c64 = (a.astype(np.float64) for a in (query, weights, cache))
+    logits = jax.jit(cache_logits)(query, cache)
+    np.testing.assert_allclose(logits, np.einsum("...d,...dl->...l", q64, c64), rtol=1e-5, atol=1e-5)
+    values = jax.jit(cache_values)(weights, cache)
+    np.testing.assert_allclose(values, np.einsum("...l,...dl->...d", w64, c64), rtol=1e-5, atol=1e-5)
+
+
+def _xla_only(monkeypatch):
+    """Turns the CPU kernels off for this test, as ``T5X_CPU_KERNELS=0`` does for a process."""
+    monkeypatch.setattr(_models, "cpu_kernels_ready", lambda: False)
+    monkeypatch.setattr(_attention, "cpu_kernels_ready", lambda: False)
+
+
+@requires_compiler
+def test_attention_to_the_cache_on_the_kernels_equals_xlas(monkeypatch):
+    assert cpu_kernels_ready()
+    rng = np.random.default_rng(3)
+    batch, heads, depth, length = 3, 4, 16, 37
+    query = rng.normal(size=(batch, 1, heads, depth)).astype(np.float32)
+    key, value = (rng.normal(size=(batch, heads, depth, length)).astype(np.float32) for _ in range(2))
+    visible = np.arange(length)[None, :] <= np.array([[5], [20], [36]])
+    mask_bias = np.where(visible, 0.0, -1e10).astype(np.float32)[:, None, None, :]
+    relative = rng.normal(size=(1, heads, 1, length)).astype(np.float32)
+
+    def attend(bias):
+        fn = jax.jit(lambda q, k, v, b: _attention._attend_to_cache(q, k, v, b, jnp.float32, False))
+        return np.asarray(fn(query, key, value, bias)), fn.lower(query, key, value, bias).as_text()
+
+    for bias in (mask_bias, mask_bias + relative):
+        kernels, kernels_hlo = attend(bias)
+        with monkeypatch.context() as patch:
+            _xla_only(patch)
+            xla, xla_hlo = attend(bias)
+        assert "t5x_cache_logits" in kernels_hlo and "t5x_cache_values" in kernels_hlo
+        assert "t5x_cache" not in xla_hlo
+        assert kernels.shape == (batch, 1, heads, depth)
+        np.testing.assert_allclose(kernels, xla, rtol=1e-5, atol=1e-5)
