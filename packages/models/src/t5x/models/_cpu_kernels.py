@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 import warnings
 from collections.abc import Mapping
-from importlib import resources
+from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +111,10 @@ def packed_kernel(module: nn.Module, inputs: jax.Array) -> jax.Array | None:
 
 @functools.cache
 def cpu_kernels_ready() -> bool:
-    """Whether decoding may use the CPU kernels here (built and registered on the first call)."""
+    """Whether decoding may use the CPU kernels here (built and registered on the first call).
+
+    Decided once per process: ``T5X_CPU_KERNELS`` is read then.
+    """
     if os.environ.get("T5X_CPU_KERNELS", "1").strip().lower() in ("0", "false", "no", "off"):
         return False
     if jax.default_backend() != "cpu" or jax.device_count() != 1:
@@ -131,10 +134,10 @@ def cpu_kernels_ready() -> bool:
 
 
 def _build() -> Path:
-    """The compiled kernel for this CPU and jaxlib: from the cache, else built there."""
+    """The compiled kernels for this CPU and jaxlib (whose FFI headers they use): cached, else built."""
     source = resources.files("t5x.models").joinpath(_SOURCE).read_bytes()
     digest = hashlib.sha256(
-        b"\0".join([source, jax.__version__.encode(), " ".join(_FLAGS).encode(), _cpu_identity()])
+        b"\0".join([source, metadata.version("jaxlib").encode(), " ".join(_FLAGS).encode(), _cpu_identity()])
     ).hexdigest()[:16]
     cache = Path(os.environ.get("T5X_CACHE_DIR") or Path.home() / ".cache" / "t5x")
     target = cache / f"cpu_kernels-{digest}.so"
