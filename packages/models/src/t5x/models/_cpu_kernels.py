@@ -72,22 +72,21 @@ def packed_matmul(x: jax.Array, packed: jax.Array, features: int) -> jax.Array:
 
 def cache_logits(query: jax.Array, cache: jax.Array) -> jax.Array:
     """``einsum("...d,...dl->...l")``: one query per group against keys laid out ``[..., depth, length]``."""
-    groups = math.prod(query.shape[:-1])
-    depth, length = cache.shape[-2:]
-    out_type = jax.ShapeDtypeStruct((groups, length), jnp.float32)
-    call = jax.ffi.ffi_call("t5x_cache_logits", out_type, vmap_method="sequential")
-    out = call(query.reshape(groups, depth).astype(jnp.float32), cache.reshape(groups, depth, length))
-    return out.reshape(*query.shape[:-1], length)
+    return _over_groups("t5x_cache_logits", query, cache, cache.shape[-1])
 
 
 def cache_values(weights: jax.Array, cache: jax.Array) -> jax.Array:
     """``einsum("...l,...dl->...d")``: attention weights per group against values laid out ``[..., depth, length]``."""
-    groups = math.prod(weights.shape[:-1])
-    depth, length = cache.shape[-2:]
-    out_type = jax.ShapeDtypeStruct((groups, depth), jnp.float32)
-    call = jax.ffi.ffi_call("t5x_cache_values", out_type, vmap_method="sequential")
-    out = call(weights.reshape(groups, length).astype(jnp.float32), cache.reshape(groups, depth, length))
-    return out.reshape(*weights.shape[:-1], depth)
+    return _over_groups("t5x_cache_values", weights, cache, cache.shape[-2])
+
+
+def _over_groups(target: str, rows: jax.Array, cache: jax.Array, width: int) -> jax.Array:
+    """``target`` on ``rows [..., in]`` and ``cache [..., depth, length]``, giving ``[..., width]``."""
+    groups = math.prod(rows.shape[:-1])
+    out_type = jax.ShapeDtypeStruct((groups, width), jnp.float32)
+    call = jax.ffi.ffi_call(target, out_type, vmap_method="sequential")
+    out = call(rows.reshape(groups, -1).astype(jnp.float32), cache.reshape(groups, *cache.shape[-2:]))
+    return out.reshape(*rows.shape[:-1], width)
 
 
 def pack_decode_kernels(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -168,45 +168,31 @@ void GroupValues(const float* __restrict p, const float* __restrict c, float* __
   }
 }
 
-ffi::Error CacheLogits(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> c,
-                       ffi::ResultBuffer<ffi::F32> s) {
-  const auto qd = q.dimensions();
-  const auto cd = c.dimensions();
-  const auto sd = s->dimensions();
-  if (qd.size() != 2 || cd.size() != 3 || sd.size() != 2 || cd[0] != qd[0] || cd[1] != qd[1] ||
-      sd[0] != qd[0] || sd[1] != cd[2]) {
-    return ffi::Error::InvalidArgument(
-        "t5x_cache_logits expects q [groups, depth], cache [groups, depth, length] and s [groups, length]");
-  }
-  const float* qs = q.typed_data();
-  const float* cs = c.typed_data();
-  float* ss = s->typed_data();
-  const int64_t depth = cd[1], length = cd[2];
-  ParallelFor(pool, cd[0], [=](int64_t first, int64_t last) {
-    for (int64_t g = first; g < last; ++g) {
-      GroupLogits(qs + g * depth, cs + g * depth * length, ss + g * length, depth, length);
-    }
-  });
-  return ffi::Error::Success();
-}
-
-ffi::Error CacheValues(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> p, ffi::Buffer<ffi::F32> c,
-                       ffi::ResultBuffer<ffi::F32> o) {
-  const auto pd = p.dimensions();
+// Runs Group(operand row, cache group, output row, depth, length) for every group of a
+// [groups, depth, length] cache. The operand's rows are `depth` wide and the output's
+// `length` wide (kLogits), or the other way round.
+template <void (*Group)(const float*, const float*, float*, int64_t, int64_t), bool kLogits>
+ffi::Error OverGroups(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> c,
+                      ffi::ResultBuffer<ffi::F32> o) {
+  const auto ad = a.dimensions();
   const auto cd = c.dimensions();
   const auto od = o->dimensions();
-  if (pd.size() != 2 || cd.size() != 3 || od.size() != 2 || cd[0] != pd[0] || cd[2] != pd[1] ||
-      od[0] != pd[0] || od[1] != cd[1]) {
-    return ffi::Error::InvalidArgument(
-        "t5x_cache_values expects p [groups, length], cache [groups, depth, length] and o [groups, depth]");
+  if (cd.size() != 3 || ad.size() != 2 || od.size() != 2) {
+    return ffi::Error::InvalidArgument("t5x cache kernels take 2-D rows and a 3-D cache");
   }
-  const float* ps = p.typed_data();
+  const int64_t groups = cd[0], depth = cd[1], length = cd[2];
+  const int64_t in = kLogits ? depth : length, out = kLogits ? length : depth;
+  if (ad[0] != groups || od[0] != groups || ad[1] != in || od[1] != out) {
+    return ffi::Error::InvalidArgument(
+        kLogits ? "t5x_cache_logits expects q [groups, depth] and s [groups, length]"
+                : "t5x_cache_values expects p [groups, length] and o [groups, depth]");
+  }
+  const float* as = a.typed_data();
   const float* cs = c.typed_data();
   float* os = o->typed_data();
-  const int64_t depth = cd[1], length = cd[2];
-  ParallelFor(pool, cd[0], [=](int64_t first, int64_t last) {
+  ParallelFor(pool, groups, [=](int64_t first, int64_t last) {
     for (int64_t g = first; g < last; ++g) {
-      GroupValues(ps + g * length, cs + g * depth * length, os + g * depth, depth, length);
+      Group(as + g * in, cs + g * depth * length, os + g * out, depth, length);
     }
   });
   return ffi::Error::Success();
@@ -223,5 +209,5 @@ ffi::Error CacheValues(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> p, ffi::Buffe
                                     .Ret<ffi::Buffer<ffi::F32>>())
 
 T5X_BINARY_F32_HANDLER(T5xPackedMatmul, PackedMatmul);
-T5X_BINARY_F32_HANDLER(T5xCacheLogits, CacheLogits);
-T5X_BINARY_F32_HANDLER(T5xCacheValues, CacheValues);
+T5X_BINARY_F32_HANDLER(T5xCacheLogits, (OverGroups<GroupLogits, true>));
+T5X_BINARY_F32_HANDLER(T5xCacheValues, (OverGroups<GroupValues, false>));
