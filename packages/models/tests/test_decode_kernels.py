@@ -344,11 +344,10 @@ def test_cache_kernels_equal_the_einsums(groups, depth, length):
 def _xla_only(monkeypatch):
     """Turns the CPU kernels off for this test, as ``T5X_CPU_KERNELS=0`` does for a process."""
     monkeypatch.setattr(_models, "cpu_kernels_ready", lambda: False)
-    monkeypatch.setattr(_attention, "cpu_kernels_ready", lambda: False)
 
 
 @requires_compiler
-def test_attention_to_the_cache_on_the_kernels_equals_xlas(monkeypatch):
+def test_attention_to_the_cache_on_the_kernels_equals_xlas():
     assert cpu_kernels_ready()
     rng = np.random.default_rng(3)
     batch, heads, depth, length = 3, 4, 16, 37
@@ -358,16 +357,37 @@ def test_attention_to_the_cache_on_the_kernels_equals_xlas(monkeypatch):
     mask_bias = np.where(visible, 0.0, -1e10).astype(np.float32)[:, None, None, :]
     relative = rng.normal(size=(1, heads, 1, length)).astype(np.float32)
 
-    def attend(bias):
-        fn = jax.jit(lambda q, k, v, b: _attention._attend_to_cache(q, k, v, b, jnp.float32, False))
+    def attend(bias, cpu_kernels):
+        fn = jax.jit(
+            lambda q, k, v, b: _attention._attend_to_cache(q, k, v, b, jnp.float32, False, None, cpu_kernels)
+        )
         return np.asarray(fn(query, key, value, bias)), fn.lower(query, key, value, bias).as_text()
 
     for bias in (mask_bias, mask_bias + relative):
-        kernels, kernels_hlo = attend(bias)
-        with monkeypatch.context() as patch:
-            _xla_only(patch)
-            xla, xla_hlo = attend(bias)
+        kernels, kernels_hlo = attend(bias, cpu_kernels=True)
+        xla, xla_hlo = attend(bias, cpu_kernels=False)
         assert "t5x_cache_logits" in kernels_hlo and "t5x_cache_values" in kernels_hlo
         assert "t5x_cache" not in xla_hlo
         assert kernels.shape == (batch, 1, heads, depth)
         np.testing.assert_allclose(kernels, xla, rtol=1e-5, atol=1e-5)
+
+
+@requires_compiler
+def test_training_through_one_query_attention_stays_on_xla():
+    # A one-position target makes cross-attention one query per row outside any cache, the
+    # cache layout's path; only decoding steps (which carry packed kernels) take the kernels,
+    # which have no gradient.
+    assert cpu_kernels_ready()
+    model = EncoderDecoderModel(preset("t5_1_1_tiny", vocab_size=VOCAB))
+    rng = np.random.default_rng(2)
+    feats = {
+        "encoder_input_tokens": rng.integers(2, VOCAB, size=(2, 7)).astype(np.int32),
+        "decoder_input_tokens": np.zeros((2, 1), np.int32),
+        "decoder_target_tokens": rng.integers(2, VOCAB, size=(2, 1)).astype(np.int32),
+    }
+    params = model.get_initial_variables(jax.random.PRNGKey(0), {k: v.shape for k, v in feats.items()})[
+        "params"
+    ]
+    grads = jax.grad(lambda p: model.loss_fn(p, feats, None)[0])(params)
+    assert all(np.isfinite(g).all() for g in jax.tree_util.tree_leaves(grads))
+    assert any(np.abs(g).max() > 0 for g in jax.tree_util.tree_leaves(grads))

@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from t5x.models._cpu_kernels import cache_logits, cache_values, cpu_kernels_ready
+from t5x.models._cpu_kernels import PACKED, cache_logits, cache_values
 from t5x.models._joined import joined_kernel
 from t5x.models._layers import DenseGeneral, RelativeBias, combine_masks, constrain, nd_init
 from t5x.models._matmul import dense, dot_general
@@ -95,6 +95,7 @@ def _attend_to_cache(
     dtype: Any,
     float32_logits: bool,
     matmul_dtype: Any = None,
+    cpu_kernels: bool = False,
 ) -> jax.Array:
     """``dot_product_attention`` without dropout, for keys and values in the cache layout.
 
@@ -106,13 +107,15 @@ def _attend_to_cache(
       dtype: dtype of the output.
       float32_logits: compute the logits in float32.
       matmul_dtype: dtype the operands of both products are rounded to, or None.
+      cpu_kernels: a decoding step prepared for the CPU kernels (`pack_decode_kernels`):
+        one float32 query per row then reads the cache through them.
 
     Returns:
       ``[batch, q_len, heads, head_dim]``.
     """
     if float32_logits:
         query, key = query.astype(jnp.float32), key.astype(jnp.float32)
-    if _cache_kernels_apply(query, key, value, dtype, matmul_dtype):
+    if cpu_kernels and _cache_kernels_take(query, key, value, dtype, matmul_dtype):
         # One query per row: both products stream the cache through the CPU kernels.
         logits = cache_logits(query[:, 0], key)[:, :, None, :]
         if bias is not None:
@@ -129,16 +132,15 @@ def _attend_to_cache(
     return jnp.swapaxes(out, 1, 2)
 
 
-def _cache_kernels_apply(
+def _cache_kernels_take(
     query: jax.Array, key: jax.Array, value: jax.Array, dtype: Any, matmul_dtype: Any
 ) -> bool:
-    """Whether `_attend_to_cache` runs on the CPU kernels: one float32 query per row, where they are ready."""
+    """Whether the CPU cache kernels take these operands: one float32 query per row."""
     f32 = jnp.dtype(jnp.float32)
     return (
         query.shape[1] == 1
         and query.dtype == key.dtype == value.dtype == jnp.dtype(dtype) == f32
         and (matmul_dtype is None or jnp.dtype(matmul_dtype) == f32)
-        and cpu_kernels_ready()
     )
 
 
@@ -322,8 +324,17 @@ class MultiHeadDotProductAttention(nn.Module):
         if not deterministic and self.dropout_rate > 0.0:
             dropout_rng = self.make_rng("dropout")
         if cache_layout and dropout_rng is None:
+            # A decoding step prepared for the CPU kernels carries this layer's packed kernels.
+            prepared = self.has_variable(PACKED, "query")
             x = _attend_to_cache(
-                query, key, value, attention_bias, self.dtype, self.float32_logits, self.matmul_dtype
+                query,
+                key,
+                value,
+                attention_bias,
+                self.dtype,
+                self.float32_logits,
+                self.matmul_dtype,
+                prepared,
             )
         else:
             if cache_layout:
