@@ -229,12 +229,18 @@ def test_steps_read_the_packed_kernels_and_match_the_separate_products(batch):
     )
 
 
+@requires_compiler
 def test_steps_of_more_rows_than_the_packed_kernel_takes_ignore_it():
+    assert cpu_kernels_ready()
+    # Zeroed packed kernels would zero the products; only the cache kernels, which a step
+    # carrying packed kernels attends with, may move the last bits.
     model, params, feats = _encdec(batch=PACKED_MAX_ROWS + 1)
     zeroed = jax.tree_util.tree_map(jnp.zeros_like, pack_decode_kernels(params["decoder"]))
-    np.testing.assert_array_equal(
+    np.testing.assert_allclose(
         _stepwise_logits(model, params, feats, {PACKED: {"decoder": zeroed}}),
         _stepwise_logits(model, params, feats),
+        rtol=1e-5,
+        atol=1e-5,
     )
 
 
