@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from t5x.models._cpu_kernels import PACKED, cache_logits, cache_values
+from t5x.models._cpu_kernels import PACKED, cache_logits, cache_values, float32_only
 from t5x.models._joined import joined_kernel
 from t5x.models._layers import DenseGeneral, RelativeBias, combine_masks, constrain, nd_init
 from t5x.models._matmul import dense, dot_general
@@ -136,11 +136,10 @@ def _cache_kernels_take(
     query: jax.Array, key: jax.Array, value: jax.Array, dtype: Any, matmul_dtype: Any
 ) -> bool:
     """Whether the CPU cache kernels take these operands: one float32 query per row."""
-    f32 = jnp.dtype(jnp.float32)
     return (
         query.shape[1] == 1
-        and query.dtype == key.dtype == value.dtype == jnp.dtype(dtype) == f32
-        and (matmul_dtype is None or jnp.dtype(matmul_dtype) == f32)
+        and query.dtype == key.dtype == value.dtype == jnp.dtype(dtype)
+        and float32_only(dtype, matmul_dtype)
     )
 
 

@@ -101,6 +101,12 @@ def pack_decode_kernels(params: Mapping[str, Any]) -> dict[str, Any]:
     return packed
 
 
+def float32_only(dtype: Any, matmul_dtype: Any) -> bool:
+    """Whether a layer of ``dtype`` with ``matmul_dtype`` multiplies in float32, the kernels' only dtype."""
+    f32 = jnp.dtype(jnp.float32)
+    return jnp.dtype(dtype) == f32 and (matmul_dtype is None or jnp.dtype(matmul_dtype) == f32)
+
+
 def packed_kernel(module: nn.Module, inputs: jax.Array) -> jax.Array | None:
     """``module``'s packed ``kernel`` when it has one and ``inputs [..., in]`` are few rows."""
     if math.prod(inputs.shape[:-1]) > MAX_ROWS or not module.has_variable(PACKED, "kernel"):

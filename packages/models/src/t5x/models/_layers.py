@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax.linen import partitioning as nn_partitioning
 
-from t5x.models._cpu_kernels import packed_kernel, packed_matmul
+from t5x.models._cpu_kernels import float32_only, packed_kernel, packed_matmul
 from t5x.models._joined import joined_kernel
 from t5x.models._matmul import dense, dot_general
 
@@ -113,7 +113,7 @@ class DenseGeneral(nn.Module):
             # Trailing axes: one [..., in] x [in, out] product (see `dense`).
             rows = inputs.reshape(*inputs.shape[: inputs.ndim - len(axis)], -1)
             flat = kernel.reshape(rows.shape[-1], -1)
-            packed = packed_kernel(self, rows) if self._float32() else None
+            packed = packed_kernel(self, rows) if float32_only(self.dtype, self.matmul_dtype) else None
             if packed is not None:
                 # A decoding step's few rows (see `pack_decode_kernels`).
                 out = packed_matmul(rows, packed, flat.shape[1])
@@ -123,12 +123,6 @@ class DenseGeneral(nn.Module):
         kernel = jnp.reshape(kernel, natural)
         contract = tuple(range(len(axis)))
         return dot_general(inputs, kernel, ((axis, contract), ((), ())), self.matmul_dtype)
-
-    def _float32(self) -> bool:
-        """Whether this layer multiplies in float32 (the only dtype the packed kernel takes)."""
-        return jnp.dtype(self.dtype) == jnp.float32 and (
-            self.matmul_dtype is None or jnp.dtype(self.matmul_dtype) == jnp.float32
-        )
 
 
 class Embed(nn.Module):
