@@ -13,6 +13,7 @@ import sys
 import textwrap
 
 import pytest
+import tensorflow as tf
 
 import t5x.tasks as tt
 from t5x.interfaces import ShardInfo
@@ -76,15 +77,79 @@ TASKS_MODULE = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def tasks_module(tmp_path, monkeypatch):
+SPM_TASKS_MODULE = textwrap.dedent(
+    '''
+    """A T5-style task: SentencePiece with 100 sentinels, span corruption after the cache."""
+    import functools
+    import os
+
+    import t5x.tasks as tt
+    from t5x.vocabularies import SentencePieceVocabulary
+
+    # Built on every worker: sentinels are added to the model proto there too.
+    VOCAB = SentencePieceVocabulary(os.environ["T5X_BEAM_TEST_SPM_MODEL"], extra_ids=100)
+    DOCS = tt.generate_corpus(48, seed=11, min_sentences=1, max_sentences=6)
+
+    if "beam_span_corruption" not in tt.TaskRegistry.names():
+        tt.TaskRegistry.add(
+            "beam_span_corruption",
+            source=tt.InMemoryDataSource({"train": [{"text": d} for d in DOCS]}),
+            output_features={"inputs": tt.Feature(VOCAB), "targets": tt.Feature(VOCAB)},
+            preprocessors=[
+                functools.partial(tt.rekey, key_map={"inputs": None, "targets": "text"}),
+                tt.tokenize,
+                tt.CacheDatasetPlaceholder(),
+                tt.span_corruption,
+                tt.append_eos_after_trim,
+            ],
+        )
+    '''
+)
+
+
+def _install_module(name, source, tmp_path, monkeypatch):
     module_dir = tmp_path / "modules"
-    module_dir.mkdir()
-    (module_dir / "beam_cache_test_tasks.py").write_text(TASKS_MODULE)
+    module_dir.mkdir(exist_ok=True)
+    (module_dir / f"{name}.py").write_text(source)
     monkeypatch.syspath_prepend(str(module_dir))
     # Beam's multi-process DirectRunner starts fresh Python workers: they find the module via PYTHONPATH.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(module_dir), os.environ.get("PYTHONPATH", "")]))
-    sys.modules.pop("beam_cache_test_tasks", None)
+    sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def spm_tasks_module(tmp_path, monkeypatch):
+    """The T5-style task module, over a unigram model trained here (T5's special ids)."""
+    import sentencepiece
+
+    model_dir = tmp_path / "spm"
+    model_dir.mkdir()
+    corpus = model_dir / "corpus.txt"
+    corpus.write_text("\n".join(tt.generate_corpus(300, seed=5)))
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(corpus),
+        model_prefix=str(model_dir / "t5like"),
+        vocab_size=400,
+        model_type="unigram",
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        hard_vocab_limit=False,
+        num_threads=1,
+        minloglevel=2,
+    )
+    monkeypatch.setenv("T5X_BEAM_TEST_SPM_MODEL", str(model_dir / "t5like.model"))
+    _install_module("beam_cache_spm_tasks", SPM_TASKS_MODULE, tmp_path, monkeypatch)
+    yield "beam_cache_spm_tasks"
+    sys.modules.pop("beam_cache_spm_tasks", None)
+    if "beam_span_corruption" in tt.TaskRegistry.names():
+        tt.TaskRegistry.remove("beam_span_corruption")
+
+
+@pytest.fixture
+def tasks_module(tmp_path, monkeypatch):
+    _install_module("beam_cache_test_tasks", TASKS_MODULE, tmp_path, monkeypatch)
     yield "beam_cache_test_tasks"
     sys.modules.pop("beam_cache_test_tasks", None)
     for name in ("beam_cached", "beam_broken"):
@@ -112,6 +177,14 @@ def run_cache(module, task, out_dir, *extra, mode="multi_processing", workers=2)
 
 def key(example):
     return (bytes(example["inputs"].tobytes()), bytes(example["targets"].tobytes()))
+
+
+def full_key(example):
+    """Every feature of an example, values and dtypes, as something sortable."""
+    return tuple(
+        (name, str(getattr(value, "dtype", type(value))), getattr(value, "tobytes", lambda v=value: v)())
+        for name, value in sorted(example.items())
+    )
 
 
 @pytest.mark.slow
@@ -177,6 +250,55 @@ def test_cache_equals_uncached_fixed_order_and_shards(tasks_module, tmp_path):
         set_global_cache_dirs([])
     want = task.get_dataset(split="validation", shuffle=False)
     assert sorted(map(key, via_task.as_numpy_iterator())) == sorted(map(key, want.as_numpy_iterator()))
+
+
+@pytest.mark.slow
+@needs_beam
+def test_sentencepiece_task_with_sentinels_caches(spm_tasks_module, tmp_path):
+    """A T5 task (SentencePiece, extra_ids=100, span corruption) through Beam's multi-process runner.
+
+    Beam's environment has an older protobuf than SentencePiece's generated
+    ``sentencepiece_model_pb2`` needs, so adding the sentinels must not import it.
+    """
+    out = tmp_path / "cache"
+    assert run_cache(spm_tasks_module, "beam_span_corruption", out, "--seed=3") == 0
+    task = tt.TaskRegistry.get("beam_span_corruption")
+    vocab = task.output_features["targets"].vocabulary
+    assert vocab.extra_ids == 100
+
+    # The cache holds exactly what the uncached pipeline makes before the placeholder.
+    cached = list(
+        read_cached_split("beam_span_corruption", "train", cache_dirs=[str(out)]).as_numpy_iterator()
+    )
+    precache = task.preprocess_precache(task.source_dataset("train", shuffle=False))
+    uncached = list(precache.as_numpy_iterator())
+    assert len(cached) == len(uncached) == 48
+    assert sorted(map(full_key, cached)) == sorted(map(full_key, uncached))
+    for example in uncached:
+        assert vocab.decode(example["targets"]) == example["targets_pretokenized"].decode()
+
+    # Span corruption after the cache gives the same examples from the cache as from the
+    # same tokens fed in the same order, and its inputs carry the sentinels.
+    lengths = {"inputs": 64, "targets": 32}
+    by_key = {full_key(x): x for x in uncached}
+    same_order = [by_key[full_key(x)] for x in cached]
+    from_cache = task.preprocess_postcache(
+        read_cached_split("beam_span_corruption", "train", cache_dirs=[str(out)]), lengths, seed=5
+    )
+    from_memory = task.preprocess_postcache(
+        tf.data.Dataset.from_generator(
+            lambda: iter(same_order),
+            output_signature=precache.element_spec,
+        ),
+        lengths,
+        seed=5,
+    )
+    got = list(from_cache.as_numpy_iterator())
+    want = list(from_memory.as_numpy_iterator())
+    assert [key(x) for x in got] == [key(x) for x in want]
+    sentinel_ids = set(range(vocab.vocab_size - 100, vocab.vocab_size))
+    assert all(sentinel_ids & set(x["inputs"].tolist()) for x in got)
+    assert "<extra_id_0>" in vocab.decode(got[0]["inputs"])
 
 
 @needs_beam

@@ -9,12 +9,16 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sentencepiece import sentencepiece_model_pb2
 
 from t5x.interfaces.testing import check_vocabulary
 from t5x.vocabularies import SentencePieceVocabulary
 
 from .corpora import ALPHABET, generate_lines, train_sentencepiece
+
+try:  # SentencePiece's generated protobuf module imports only under the protobuf runtime it was built for
+    from sentencepiece import sentencepiece_model_pb2
+except Exception:
+    sentencepiece_model_pb2 = None
 
 
 @pytest.fixture(scope="module")
@@ -143,11 +147,25 @@ def test_whitespace_only_and_empty_texts_encode_to_nothing(plain, texts):
 
 
 def test_normalizer_spec_overrides(sp_model_file, plain):
-    overrides = sentencepiece_model_pb2.NormalizerSpec(remove_extra_whitespaces=False)
-    vocab = SentencePieceVocabulary(sp_model_file, normalizer_spec_overrides=overrides)
+    # A serialized NormalizerSpec with remove_extra_whitespaces=False (field 4, varint 0).
+    vocab = SentencePieceVocabulary(sp_model_file, normalizer_spec_overrides=b"\x20\x00")
     assert plain.decode(plain.encode("a  b")) == "a b"
     assert vocab.decode(vocab.encode("a  b")) == "a  b"
     assert vocab != plain
+    # The overrides reach the denormalizer spec too, and survive pickling.
+    clone = pickle.loads(pickle.dumps(vocab))
+    assert clone == vocab and clone.decode(clone.encode("a  b")) == "a  b"
+    if sentencepiece_model_pb2 is not None:  # the message object gives the same model
+        overrides = sentencepiece_model_pb2.NormalizerSpec(remove_extra_whitespaces=False)
+        same = SentencePieceVocabulary(sp_model_file, normalizer_spec_overrides=overrides)
+        assert same == vocab and same.sp_model == vocab.sp_model
+
+
+def test_malformed_normalizer_spec_overrides(sp_model_file):
+    with pytest.raises(
+        ValueError, match="normalizer_spec_overrides is not a valid serialized NormalizerSpec"
+    ):
+        SentencePieceVocabulary(sp_model_file, extra_ids=3, normalizer_spec_overrides=b"\x20")
 
 
 def test_equality_and_hash(sp_model_file, tmp_path, vocab, plain):
@@ -188,13 +206,17 @@ def test_missing_file_names_path(tmp_path):
         SentencePieceVocabulary(tmp_path)
 
 
-@pytest.mark.parametrize("content", [b"", b"not a model", bytes(range(256)) * 3])
-@pytest.mark.parametrize("extra_ids", [0, 5])
-def test_corrupt_file_names_path(tmp_path, content, extra_ids):
+@pytest.mark.parametrize("content", [b"", b"not a model", bytes(range(256)) * 3, b"\x0a\x05abc"])
+@pytest.mark.parametrize(("extra_ids", "overrides"), [(0, None), (5, None), (0, b"\x20\x00"), (100, b"")])
+def test_corrupt_file_names_path(tmp_path, content, extra_ids, overrides):
     path = tmp_path / "corrupt.model"
     path.write_bytes(content)
     with pytest.raises(ValueError, match="corrupt.model.*not a valid SentencePiece model"):
-        SentencePieceVocabulary(path, extra_ids=extra_ids)
+        SentencePieceVocabulary(path, extra_ids=extra_ids, normalizer_spec_overrides=overrides)
+    with pytest.raises(ValueError, match="sp_model is not a valid SentencePiece model"):
+        SentencePieceVocabulary.from_model_proto(
+            content, extra_ids=extra_ids, normalizer_spec_overrides=overrides
+        )
 
 
 def test_model_whose_id_0_is_a_token_is_rejected(tmp_path):

@@ -11,6 +11,7 @@ import numpy as np
 import sentencepiece
 
 from t5x.vocabularies._base import PAD_ID, VocabularyBase, check_int, type_error
+from t5x.vocabularies._model_proto import MalformedProto, check_normalizer_spec, edit_model_proto
 
 # SentencePieceProcessor.LoadFromSerializedProto is not safe to run from several
 # threads at once (upstream seqio saw crashes), so loads are serialised.
@@ -42,26 +43,17 @@ def _with_extra_ids(
 
     The pieces go after the model's own pieces, the way seqio adds them, so with
     ``reverse_extra_ids`` the sentinel ``<extra_id_k>`` gets id ``size - 1 - k``.
+    The proto is edited on the wire format (``_model_proto``), not through
+    SentencePiece's generated protobuf module, which only imports under the
+    protobuf runtime it was generated for.
     """
     if not extra_ids and normalizer_spec_overrides is None:
         return model
-    from google.protobuf.message import DecodeError
-    from sentencepiece import sentencepiece_model_pb2
-
-    pb2: Any = sentencepiece_model_pb2  # generated protobuf code: no static attributes
-
-    try:
-        proto = pb2.ModelProto.FromString(model)
-    except DecodeError as e:
-        raise ValueError(f"{where} is not a valid SentencePiece model: {e}") from e
     order = reversed(range(extra_ids)) if reverse_extra_ids else range(extra_ids)
-    for k in order:
-        proto.pieces.add(piece=f"▁<extra_id_{k}>", score=0.0, type=pb2.ModelProto.SentencePiece.USER_DEFINED)
-    if normalizer_spec_overrides is not None:
-        overrides = pb2.NormalizerSpec.FromString(normalizer_spec_overrides)
-        proto.normalizer_spec.MergeFrom(overrides)
-        proto.denormalizer_spec.MergeFrom(overrides)
-    return proto.SerializeToString()
+    try:
+        return edit_model_proto(model, [f"▁<extra_id_{k}>" for k in order], normalizer_spec_overrides)
+    except MalformedProto as e:
+        raise ValueError(f"{where} is not a valid SentencePiece model: {e}") from e
 
 
 def _load_processor(model: bytes, where: str) -> sentencepiece.SentencePieceProcessor:
@@ -110,14 +102,17 @@ class SentencePieceVocabulary(VocabularyBase):
       sentencepiece_model_file: path of the ``.model`` file (``scheme://`` paths,
         e.g. ``gs://``, are read through ``tf.io.gfile``).
       extra_ids: number of sentinel ids to add.
-      normalizer_spec_overrides: a ``sentencepiece_model_pb2.NormalizerSpec``
-        merged into the model's normalizer and denormalizer specs.
+      normalizer_spec_overrides: a ``sentencepiece_model_pb2.NormalizerSpec``, or
+        its serialized bytes, merged into the model's normalizer and
+        denormalizer specs (the fields it sets replace the model's). Bytes need
+        no protobuf at all: this class edits the model proto on the wire format.
       reverse_extra_ids: number sentinels downwards from the top (T5's layout).
         With False, ``<extra_id_0>`` is the first added id.
 
     Raises:
       FileNotFoundError: the model file does not exist (the message names it).
-      ValueError: the file is not a SentencePiece model, or its pad id is not 0.
+      ValueError: the file is not a SentencePiece model, its pad id is not 0, or
+        ``normalizer_spec_overrides`` bytes are not a serialized NormalizerSpec.
       TypeError: an argument has the wrong type (the message names it).
     """
 
@@ -167,12 +162,24 @@ class SentencePieceVocabulary(VocabularyBase):
         extra_ids = check_int("extra_ids", extra_ids or 0, minimum=0)
         if not isinstance(reverse_extra_ids, bool):
             raise type_error("reverse_extra_ids", "a bool", reverse_extra_ids)
-        if overrides is not None and not hasattr(overrides, "SerializeToString"):
+        if overrides is None or isinstance(overrides, bytes):
+            serialized_overrides = overrides
+        elif hasattr(overrides, "SerializeToString"):  # a protobuf message, made by the caller
+            serialized_overrides = overrides.SerializeToString(deterministic=True)
+        else:
             raise type_error(
-                "normalizer_spec_overrides", "a sentencepiece_model_pb2.NormalizerSpec", overrides
+                "normalizer_spec_overrides",
+                "a sentencepiece_model_pb2.NormalizerSpec or its serialized bytes",
+                overrides,
             )
+        if serialized_overrides is not None:
+            try:
+                check_normalizer_spec(serialized_overrides)
+            except MalformedProto as e:
+                raise ValueError(
+                    f"normalizer_spec_overrides is not a valid serialized NormalizerSpec: {e}"
+                ) from e
         where = f"SentencePiece model file {path!r}" if path is not None else "sp_model"
-        serialized_overrides = None if overrides is None else overrides.SerializeToString(deterministic=True)
         self._path = path
         self._extra_ids = extra_ids
         self._reverse_extra_ids = reverse_extra_ids
