@@ -208,6 +208,29 @@ def beam(session: nox.Session) -> None:
     )
 
 
+def wheel_build_command(folder: pathlib.Path, out_dir: pathlib.Path, python: str = PYTHON) -> list[str]:
+    """The PEP 517 build of one package: its sdist, then its wheel from that sdist, into ``out_dir``.
+
+    hatchling builds from the package folder alone; requirements on siblings
+    (``t5x-interfaces>=1.0,<2``) stay names, found in ``out_dir`` at install time.
+    integration_tests/test_wheel_install.py runs the same command.
+    """
+    return ["uv", "build", "-q", "-p", python, "--out-dir", str(out_dir), str(folder)]
+
+
+@nox.session(python=PYTHON, default=False)
+def wheels(session: nox.Session) -> None:
+    """Every package's wheel and sdist into dist/ (or the folder after --): see docs/installing.md."""
+    out = pathlib.Path(session.posargs[0]).resolve() if session.posargs else ROOT / "dist"
+    # Older builds of these distributions go first: the folder holds this tree's builds only.
+    for dist in FOLDERS:
+        stem = dist.replace("-", "_")
+        for stale in [*out.glob(f"{stem}-*.whl"), *out.glob(f"{stem}-*.tar.gz")]:
+            stale.unlink()
+    for folder in FOLDERS.values():
+        session.run(*wheel_build_command(folder, out), external=True)
+
+
 @nox.session(python=PYTHON, default=False)
 def demo(session: nox.Session) -> None:
     """The built-in demo: trains a tiny model on a synthetic task and reports its accuracy."""

@@ -1,14 +1,17 @@
 """Tiny model configurations and checkpoint helpers shared by the integration tests."""
 
 import contextlib
+import glob
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 # Every launch pays the interpreter start-up and a compile, so the models are as
 # small as the layers allow and runs are a handful of steps.
@@ -72,6 +75,34 @@ def train_args(model_dir: pathlib.Path, steps: int, period: int) -> list[str]:
         f"--gin.CHECKPOINT_PERIOD={period}",
         "--gin.WARMUP_STEPS=2",
     ]
+
+
+def base_python() -> str:
+    """A Python >= 3.12 outside any virtual environment, found as noxfile.py's find_python does.
+
+    For tests that build a fresh environment with ``uv venv -p``.
+    """
+    candidates = [os.environ.get("T5X_PYTHON", "")]
+    candidates += [shutil.which(f"python3.{minor}") or "" for minor in (14, 13, 12)]
+    pyenv_root = os.environ.get("PYENV_ROOT", str(pathlib.Path.home() / ".pyenv"))
+    candidates += sorted(glob.glob(f"{pyenv_root}/versions/3.1[2-9]*/bin/python3"), reverse=True)
+    candidates += sorted(
+        glob.glob(str(pathlib.Path.home() / ".local/share/uv/python/cpython-3.1[2-9]*/bin/python3"))
+    )
+    candidates.append(sys.executable)
+    for candidate in filter(None, candidates):
+        probe = subprocess.run(
+            [candidate, "-c", "import sys; print(sys.version_info >= (3, 12))"],
+            capture_output=True,
+            text=True,
+        )
+        if probe.returncode == 0 and probe.stdout.strip() == "True":
+            # A venv's own interpreter carries that venv's packages; use its base.
+            base = subprocess.run(
+                [candidate, "-c", "import sys; print(sys._base_executable)"], capture_output=True, text=True
+            )
+            return base.stdout.strip() or candidate
+    pytest.fail("no Python >= 3.12 found (set T5X_PYTHON)")
 
 
 def launch_script() -> str:

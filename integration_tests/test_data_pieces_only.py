@@ -6,7 +6,6 @@ declared dependencies, then builds and iterates a packed text-to-text
 pipeline there and checks that JAX is not importable.
 """
 
-import glob
 import json
 import os
 import pathlib
@@ -15,6 +14,9 @@ import subprocess
 import sys
 
 import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))  # pytest's importlib mode adds no path
+import _tiny
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA_PACKAGES = ["interfaces", "vocabularies", "tasks", "feature_converters"]
@@ -42,31 +44,6 @@ print(json.dumps({"batches": len(batches), "shapes": shapes, "max_segments": seg
 """
 
 
-def _python() -> str:
-    """A Python >= 3.12, found as noxfile.py's find_python does."""
-    candidates = [os.environ.get("T5X_PYTHON", "")]
-    candidates += [shutil.which(f"python3.{minor}") or "" for minor in (14, 13, 12)]
-    pyenv_root = os.environ.get("PYENV_ROOT", str(pathlib.Path.home() / ".pyenv"))
-    candidates += sorted(glob.glob(f"{pyenv_root}/versions/3.1[2-9]*/bin/python3"), reverse=True)
-    candidates += sorted(
-        glob.glob(str(pathlib.Path.home() / ".local/share/uv/python/cpython-3.1[2-9]*/bin/python3"))
-    )
-    candidates.append(sys.executable)
-    for candidate in filter(None, candidates):
-        probe = subprocess.run(
-            [candidate, "-c", "import sys; print(sys.version_info >= (3, 12))"],
-            capture_output=True,
-            text=True,
-        )
-        if probe.returncode == 0 and probe.stdout.strip() == "True":
-            # A venv's own interpreter carries that venv's packages; use its base.
-            base = subprocess.run(
-                [candidate, "-c", "import sys; print(sys._base_executable)"], capture_output=True, text=True
-            )
-            return base.stdout.strip() or candidate
-    pytest.fail("no Python >= 3.12 found (set T5X_PYTHON)")
-
-
 @pytest.mark.slow
 def test_tasks_and_feature_converters_alone_build_a_packed_pipeline_without_jax(tmp_path):
     uv = shutil.which("uv")
@@ -75,7 +52,7 @@ def test_tasks_and_feature_converters_alone_build_a_packed_pipeline_without_jax(
     env = dict(os.environ, UV_PYTHON_DOWNLOADS="never")
     env.pop("VIRTUAL_ENV", None)
     venv = tmp_path / "venv"
-    subprocess.run([uv, "venv", "-q", "-p", _python(), str(venv)], check=True, env=env, timeout=300)
+    subprocess.run([uv, "venv", "-q", "-p", _tiny.base_python(), str(venv)], check=True, env=env, timeout=300)
     python = venv / "bin" / "python"
     install = subprocess.run(
         [

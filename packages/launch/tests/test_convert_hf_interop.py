@@ -200,4 +200,4 @@ def test_verify_without_pytorch_names_what_to_install(monkeypatch, tmp_path, cap
     code = main(["convert", f"--from=hf:{tmp_path / 'src'}", f"--to=t5x:{tmp_path / 'o'}", "--verify"])
     err = capsys.readouterr().err
     assert code == 2
-    assert "pip install 't5x-launch[hf]'" in err and "torch transformers" in err
+    assert "pip install --find-links dist 't5x-launch[hf]'" in err and "torch transformers" in err

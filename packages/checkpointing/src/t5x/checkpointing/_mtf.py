@@ -16,7 +16,9 @@ def _tensorflow() -> Any:
         import tensorflow as tf
     except ImportError as err:  # optional dependency, and slow to import
         raise ImportError(
-            "reading Mesh TensorFlow checkpoints needs TensorFlow (pip install 't5x-checkpointing[mtf]')"
+            "reading Mesh TensorFlow checkpoints needs TensorFlow: "
+            "pip install --find-links dist 't5x-checkpointing[mtf]' "
+            "(run in the t5x checkout after `python3 -m nox -s wheels`; see docs/installing.md)"
         ) from err
     return tf
 

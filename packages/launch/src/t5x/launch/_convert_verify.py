@@ -61,7 +61,9 @@ def run_transformers(*args: str) -> None:
     if not has_transformers():
         raise ImportError(
             "--verify with a Hugging Face side runs the model in transformers on PyTorch: "
-            "pip install 't5x-launch[hf]' (or: pip install torch transformers)"
+            "pip install --find-links dist 't5x-launch[hf]' "
+            "(run in the t5x checkout after `python3 -m nox -s wheels`; see docs/installing.md), "
+            "or: pip install torch transformers"
         )
     proc = subprocess.run(
         [sys.executable, "-m", "t5x.launch._hf_worker", *args], capture_output=True, text=True, check=False

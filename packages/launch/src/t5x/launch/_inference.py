@@ -45,16 +45,19 @@ def _recording(
     batches: Any, record: list[tuple[list[int], list[int]]], max_examples: int | None
 ) -> Iterator[dict[str, np.ndarray]]:
     """Yields ``batches``, remembering each real example's input and target ids."""
+
+    def full() -> bool:
+        return max_examples is not None and len(record) >= max_examples
+
     for batch in batches:
-        rows = batch["decoder_target_tokens"].shape[0]
-        for row in range(rows):
-            if max_examples is not None and len(record) >= max_examples:
-                return
+        if full():
+            return
+        for row in range(batch["decoder_target_tokens"].shape[0]):
+            if full():
+                break  # the rest of this batch is decoded too, and left out of the metrics
             if batch["decoder_target_tokens"][row].any():
                 record.append((_input_ids(batch, row), _target_ids(batch, row)))
         yield batch
-        if max_examples is not None and len(record) >= max_examples:
-            return
 
 
 def inference_metrics(

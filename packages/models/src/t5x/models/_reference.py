@@ -41,7 +41,9 @@ class LazyReference:
         except ImportError as err:
             raise ImportError(
                 f"{self.dotted_name} needs {self._module!r}; install its distribution "
-                f"(pip install {self._module.split('.')[0]}-{self._module.split('.')[1].replace('_', '-')})"
+                "(pip install --find-links dist "
+                f"{self._module.split('.')[0]}-{self._module.split('.')[1].replace('_', '-')}; "
+                "run in the t5x checkout after `python3 -m nox -s wheels`; see docs/installing.md)"
             ) from err
         return getattr(module, self._name)
 

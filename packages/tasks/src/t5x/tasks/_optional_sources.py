@@ -18,7 +18,9 @@ def _require(module: str, extra: str) -> Any:
         return importlib.import_module(module)
     except ImportError as e:
         raise ImportError(
-            f"{module} is not installed; install it with `pip install 't5x-tasks[{extra}]'`"
+            f"{module} is not installed; install it with "
+            f"`pip install --find-links dist 't5x-tasks[{extra}]'` "
+            "(run in the t5x checkout after `python3 -m nox -s wheels`; see docs/installing.md)"
         ) from e
 
 

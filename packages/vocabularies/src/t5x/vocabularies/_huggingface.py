@@ -20,7 +20,9 @@ def _tokenizers() -> Any:
         import tokenizers
     except ImportError as e:
         raise ImportError(
-            "HuggingFaceVocabulary needs the 'tokenizers' package: pip install 't5x-vocabularies[hf]'"
+            "HuggingFaceVocabulary needs the 'tokenizers' package: "
+            "pip install --find-links dist 't5x-vocabularies[hf]' "
+            "(run in the t5x checkout after `python3 -m nox -s wheels`; see docs/installing.md)"
         ) from e
     return tokenizers
 
@@ -37,7 +39,8 @@ def _existing_sentinels(tokenizer: Any) -> int:
 class HuggingFaceVocabulary(VocabularyBase):
     """A Hugging Face ``tokenizers`` tokenizer, read from its ``tokenizer.json``.
 
-    Needs ``pip install 't5x-vocabularies[hf]'``. Texts are encoded without the
+    Needs the ``hf`` extra (``pip install --find-links dist 't5x-vocabularies[hf]'``, see
+    docs/installing.md). Texts are encoded without the
     tokenizer's post-processor (no BOS/EOS added), so ``encode`` follows the
     Vocabulary contract.
 

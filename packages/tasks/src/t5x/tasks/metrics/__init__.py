@@ -3,7 +3,8 @@
 Each metric is ``fn(targets, predictions) -> {name: value}``; score-based ones
 (``rank_classification``) take ``(targets, scores)``. Values are on the percent
 scale where T5 reports them that way. BLEU and ROUGE need the ``metrics`` extra
-(``pip install 't5x-tasks[metrics]'``) and import their libraries on first use.
+(``pip install --find-links dist 't5x-tasks[metrics]'``, see docs/installing.md) and import
+their libraries on first use.
 """
 
 from t5x.tasks.metrics._classification import (

@@ -18,7 +18,8 @@ def _require(module: str, package: str, metric: str) -> Any:
     except ImportError as e:
         raise ImportError(
             f"t5x.tasks.metrics.{metric} needs the {package!r} package; install it with "
-            f"`pip install 't5x-tasks[metrics]'`"
+            "`pip install --find-links dist 't5x-tasks[metrics]'` "
+            "(run in the t5x checkout after `python3 -m nox -s wheels`; see docs/installing.md)"
         ) from e
 
 
