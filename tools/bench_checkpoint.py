@@ -9,7 +9,9 @@ alternating round by round, it times:
 
 * ``ours``: ``t5x.checkpointing.Checkpointer`` save (synchronous, from device
   arrays to a complete, renamed step folder) and restore (into the target's
-  shapes), for each compression asked for (``--compression``);
+  shapes), for each compression asked for (``--compression``); once as shipped
+  (chunk checksums written, and verified on restore) and once without them
+  (``no-checksums``), which gives the cost of integrity checking;
 * ``raw-ts``: plain TensorStore zarr writes / reads of the same arrays with the
   same chunks and compressor, all in flight at once (the floor for the format);
 * ``orbax``: ``orbax.checkpoint.StandardCheckpointer`` save (+ wait) / restore
@@ -17,7 +19,12 @@ alternating round by round, it times:
 * ``async``: the seconds ``Checkpointer.save`` blocks the caller when saving
   asynchronously, against the full save time.
 
-Throughput is state bytes / wall seconds; the table shows medians. Usage:
+Throughput is state bytes / wall seconds; the table shows medians. On a shared
+machine the with/without difference is within the noise, so the checksum work
+is also timed directly (the CPU seconds of checksum work in one save and one
+restore: digests, ``.zarray`` reads, the manifest, the checks; see ``checksum_work``)
+and shown against the median save / restore; and the time XXH3 alone takes to
+digest the state's bytes. Usage:
 
     python tools/bench_checkpoint.py [--repeats 3] [--compression gzip,zstd]
         [--dir /tmp/x] [--json OUT]
@@ -117,11 +124,15 @@ def _timed(fn):
     return time.perf_counter() - start, out
 
 
-def ours_save_restore(state, root, step, compression):
-    from t5x.checkpointing import Checkpointer
+def ours_save_restore(state, root, step, compression, checksums=True):
+    from t5x.checkpointing import Checkpointer, _integrity
 
-    ckpt = Checkpointer(root, async_save=False, compression=compression)
-    save_s, _ = _timed(lambda: ckpt.save(step, state))
+    ckpt = Checkpointer(root, async_save=False, compression=compression, verify=checksums)
+    _integrity.WRITE_CHECKSUMS = checksums
+    try:
+        save_s, _ = _timed(lambda: ckpt.save(step, state))
+    finally:
+        _integrity.WRITE_CHECKSUMS = True
     target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
     shardings = jax.tree.map(lambda x: x.sharding, state)
     restore_s, restored = _timed(
@@ -146,6 +157,72 @@ def ours_async_block(state, root, step, compression):
     total = time.perf_counter() - start
     ckpt.close()
     return blocked, total
+
+
+def checksum_work(state, root, step, compression) -> tuple[float, float]:
+    """CPU seconds of checksum work in one save and one restore.
+
+    Save: the seconds inside the functions that exist only for checksums
+    (digests, ``.zarray`` reads, building and writing the manifest). Restore:
+    the seconds comparing chunk digests during a restore, plus how much longer
+    the metadata checks take with verification than without (best of 3; the
+    containment checks run either way).
+    """
+    import functools
+
+    from t5x.checkpointing import Checkpointer, _integrity, _reader
+
+    spent = {"save": 0.0, "restore": 0.0}
+    phase = ["save"]
+
+    def timed(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            start = time.thread_time()  # CPU time: waiting for a core while TensorStore works is no cost
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[phase[0]] += time.thread_time() - start
+
+        return wrapper
+
+    save_only = ("piece_digests", "read_zarray", "build_manifest", "write_json")
+    originals = {name: getattr(_integrity, name) for name in save_only}
+    verify = _integrity.ArrayCheck.verify
+    try:
+        for name, fn in originals.items():
+            setattr(_integrity, name, timed(fn))
+        _integrity.ArrayCheck.verify = timed(verify)  # type: ignore[method-assign]
+        ckpt = Checkpointer(root, async_save=False, compression=compression)
+        ckpt.save(step, state)
+        phase[0] = "restore"
+        target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
+        shardings = jax.tree.map(lambda x: x.sharding, state)
+        jax.block_until_ready(ckpt.restore(step, target=target, shardings=shardings).state)
+        ckpt.close()
+    finally:
+        for name, fn in originals.items():
+            setattr(_integrity, name, fn)
+        _integrity.ArrayCheck.verify = verify  # type: ignore[method-assign]
+
+    def metadata_seconds(check: bool) -> float:
+        best = float("inf")
+        for _ in range(3):
+            start = time.thread_time()
+            _reader.read_sources(ckpt.step_dir(step), verify=check)
+            best = min(best, time.thread_time() - start)
+        return best
+
+    spent["restore"] += max(0.0, metadata_seconds(True) - metadata_seconds(False))
+    return spent["save"], spent["restore"]
+
+
+def digest_seconds(state) -> float:
+    """XXH3 over every array's bytes, as the checksums digest them (best of 3)."""
+    from t5x.checkpointing._integrity import digest
+
+    arrays = [np.asarray(x) for x in jax.tree.leaves(state) if np.ndim(x) > 0]
+    return min(_timed(lambda: [digest(a) for a in arrays])[0] for _ in range(3))
 
 
 def raw_ts_save_restore(state, root, compression):
@@ -241,6 +318,17 @@ def main() -> None:
             assert ok, "restored values differ"
             add(f"ours[{compression}] save", save_s)
             add(f"ours[{compression}] restore", restore_s)
+            step += 1
+            save_s, restore_s, ok = ours_save_restore(
+                state, f"{scratch}/ours-{compression}", step, compression, checksums=False
+            )
+            assert ok, "restored values differ"
+            add(f"ours[{compression}, no-checksums] save", save_s)
+            add(f"ours[{compression}, no-checksums] restore", restore_s)
+            step += 1
+            save_s, restore_s = checksum_work(state, f"{scratch}/ours-{compression}", step, compression)
+            add(f"ours[{compression}] checksum work in save", save_s)
+            add(f"ours[{compression}] checksum work in restore", restore_s)
             raw = f"{scratch}/raw-{compression}-{round_index}"
             save_s, restore_s = raw_ts_save_restore(state, raw, compression)
             shutil.rmtree(raw)
@@ -268,13 +356,28 @@ def main() -> None:
     )
     print(f"{'run':34} {'median s':>9} {'MB/s':>8} {'vs orbax':>9}")
     for key, seconds in medians.items():
-        if "async" in key:
+        if "async" in key or "checksum work" in key:
             continue
         kind = key.rsplit(" ", 1)[1]
         ratio = ""
         if have_orbax and not key.startswith("orbax"):
             ratio = f"{medians[f'orbax {kind}'] / seconds:8.2f}x"
         print(f"{key:34} {seconds:9.3f} {mb / seconds:8.1f} {ratio:>9}")
+    hashing = digest_seconds(state)
+    print(f"XXH3 digests of all {mb:.0f} MB alone: {hashing:.3f} s ({mb / hashing / 1e3:.1f} GB/s)")
+    for compression in compressions:
+        for kind in ("save", "restore"):
+            with_s = medians[f"ours[{compression}] {kind}"]
+            without_s = medians[f"ours[{compression}, no-checksums] {kind}"]
+            work = medians[f"ours[{compression}] checksum work in {kind}"]
+            best_with = min(results[f"ours[{compression}] {kind}"])
+            best_without = min(results[f"ours[{compression}, no-checksums] {kind}"])
+            print(
+                f"ours[{compression}] {kind}: {with_s:.3f} s with checksums, {without_s:.3f} s without "
+                f"({100 * (with_s - without_s) / without_s:+.1f}%; best {best_with:.3f} s vs {best_without:.3f} s, "
+                f"{100 * (best_with - best_without) / best_without:+.1f}%); checksum work measured inside: "
+                f"{work:.3f} CPU s ({100 * work / with_s:.1f}% of the {kind})"
+            )
     for compression in compressions:
         blocked = medians[f"ours[{compression}] async blocked"]
         total = medians[f"ours[{compression}] async total"]

@@ -59,8 +59,12 @@ def test_sigkill_mid_save_keeps_previous_and_hides_partial(tmp_path):
     ckpt = Checkpointer(tmp_path)
     assert ckpt.all_steps() == [1]  # the partial folder is invisible
     assert_same_tree(ckpt.restore().state, make_state(seed=1))
-    ckpt.save(2, make_state(seed=2))  # the first save cleans up the partial folder
+    ckpt.save(2, make_state(seed=2))  # another writer's temporary folder is left alone ...
+    ckpt.wait_until_finished()
+    assert leftovers[1] in os.listdir(tmp_path)
+    removed = ckpt.remove_abandoned_saves()  # ... until the lock holder removes it
     ckpt.close()
+    assert removed == [str(tmp_path / leftovers[1])]
     assert sorted(os.listdir(tmp_path)) == ["checkpoint_1", "checkpoint_2"]
     assert Checkpointer(tmp_path).all_steps() == [1, 2]
 

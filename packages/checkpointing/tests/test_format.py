@@ -12,6 +12,7 @@ from ckpt_helpers import assert_same_tree, make_state
 
 from t5x.checkpointing import (
     Checkpointer,
+    CheckpointIntegrityError,
     CorruptIndexError,
     UnsafeSpecError,
     load_t5x_checkpoint,
@@ -35,7 +36,9 @@ def test_layout_file_by_file(tmp_path):
     array_dirs = {".".join(path) for path, value in leaves.items() if np.ndim(value) > 0}
     assert "target.encoder.layers_0.attention.query.kernel" in array_dirs
     assert "state.param_states.encoder.layers_0.attention.query.kernel.v_row" in array_dirs
-    assert sorted(os.listdir(step_dir)) == sorted(array_dirs | {"checkpoint", "train_ds-000-of-001.json"})
+    assert sorted(os.listdir(step_dir)) == sorted(
+        array_dirs | {"checkpoint", "checksums.json", "train_ds-000-of-001.json"}
+    )
     assert json.loads((step_dir / "train_ds-000-of-001.json").read_text()) == {"position": 3}
 
     index = msgpack.unpackb((step_dir / "checkpoint").read_bytes(), raw=False, strict_map_key=False)
@@ -212,8 +215,10 @@ def test_missing_array_file_names_the_parameter(tmp_path):
     for name in os.listdir(folder):
         os.remove(folder / name)
     os.rmdir(folder)
-    with pytest.raises(FileNotFoundError, match="target.encoder.layers_0.attention.out.kernel"):
+    with pytest.raises(CheckpointIntegrityError, match="target.encoder.layers_0.attention.out.kernel"):
         load_t5x_checkpoint(tmp_path)
+    with pytest.raises(FileNotFoundError, match="target.encoder.layers_0.attention.out.kernel"):
+        load_t5x_checkpoint(tmp_path, verify=False)
 
 
 def test_incomplete_step_folders_are_invisible(tmp_path):
@@ -224,8 +229,11 @@ def test_incomplete_step_folders_are_invisible(tmp_path):
     assert checkpointer.all_steps() == [1]
     assert (tmp_path / "checkpoint_2.tmp-123").exists(), "opening (e.g. to read) deletes nothing"
     checkpointer.save(4, make_state())
+    checkpointer.wait_until_finished()
+    assert (tmp_path / "checkpoint_2.tmp-123").exists(), "a save removes only its own temporaries"
+    assert checkpointer.remove_abandoned_saves() == [str(tmp_path / "checkpoint_2.tmp-123")]
     checkpointer.close()
-    assert not (tmp_path / "checkpoint_2.tmp-123").exists(), "the first save cleans up stale temporaries"
+    assert not (tmp_path / "checkpoint_2.tmp-123").exists()
 
 
 def test_a_corrupt_newest_index_names_the_newest_valid_step(tmp_path):

@@ -122,6 +122,9 @@ if process_id == 0:
     loaded = load_t5x_checkpoint(model_dir)
     for got, exp in zip(jax.tree.leaves(loaded), jax.tree.leaves(want)):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(exp))
+    from t5x.checkpointing import verify_checkpoint
+    report = verify_checkpoint(model_dir)  # both processes' chunk digests, merged by process 0
+    assert report.fully_verified and report.arrays == 5 and report.files == 3, report
 print("OK", process_id)
 """
 )
@@ -162,3 +165,4 @@ def test_two_processes_save_and_restore_one_global_state(tmp_path):
         assert code == 0 and f"OK {i}" in out, f"process {i} failed ({code}):\n{out}\n{err[-3000:]}"
     files = sorted(os.listdir(tmp_path / "checkpoint_12"))
     assert "train_ds-000-of-002.json" in files and "train_ds-001-of-002.json" in files
+    assert "checksums.json" in files and not [f for f in files if f.startswith("checksums-")], files

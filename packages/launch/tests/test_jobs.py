@@ -126,3 +126,60 @@ def test_assembly_rejects_a_model_whose_vocabulary_differs_from_the_task():
         ValueError, match=r"model's inputs vocabulary .*extra_ids=3.* differs from .*synthetic_copy"
     ):
         check_vocabularies(model, provider)
+
+
+def _train_args(model_dir, steps: int, period: int) -> list[str]:
+    return [
+        "train",
+        *TINY,
+        "--gin_file=runs/pretrain.gin",
+        *DATA,
+        f"--gin.MODEL_DIR={model_dir}",
+        f"--gin.TRAIN_STEPS={steps}",
+        f"--gin.CHECKPOINT_PERIOD={period}",
+    ]
+
+
+def test_train_refuses_a_model_folder_another_trainer_holds(tmp_path, capsys):
+    import os
+    import socket
+
+    from t5x.launch._model_dir_lock import LOCK_NAME, acquire_model_dir_lock
+
+    with acquire_model_dir_lock(tmp_path, command="the first trainer"):
+        assert main(_train_args(tmp_path, 2, 1)) == 2
+        before = sorted(p.name for p in tmp_path.iterdir())
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    for part in (socket.gethostname(), f"pid {os.getpid()}", "the first trainer", str(tmp_path / LOCK_NAME)):
+        assert part in err[0], (part, err)
+    assert before == [LOCK_NAME]  # the second trainer wrote nothing
+
+
+def test_train_stops_on_sigterm_after_saving_and_exits_143(tmp_path, capsys):
+    import os
+    import signal
+    import threading
+    import time
+
+    from t5x.launch._model_dir_lock import LOCK_NAME
+
+    def preempt() -> None:
+        deadline = time.monotonic() + 600
+        while not any(tmp_path.glob("checkpoint_*[0-9]")) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    sender = threading.Thread(target=preempt, daemon=True)
+    sender.start()
+    code = main(_train_args(tmp_path, 100_000, 2))
+    sender.join()
+    assert code == 143
+    steps = sorted(int(p.name.split("_")[1]) for p in tmp_path.glob("checkpoint_*[0-9]"))
+    assert steps[0] == 2 and steps[-1] < 100_000
+    err = capsys.readouterr().err
+    line = f"[t5x-launch] preempted by SIGTERM at step {steps[-1]} (checkpoint saved); run the same command to resume"
+    assert line in err.splitlines(), err[-3000:]
+    assert "finished at step" not in err
+    assert not (tmp_path / LOCK_NAME).exists()
+    assert (tmp_path / "config.gin").exists()

@@ -1,6 +1,6 @@
 """The lm-evaluation-harness adapter: lm-eval's own evaluator on a local task, checked against our scores.
 
-Needs the ``lm-eval`` extra (``pip install 't5x-launch[lm-eval]'``); skipped without it.
+Needs the ``lm-eval`` extra (``pip install --find-links dist 't5x-launch[lm-eval]'``); skipped without it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-pytest.importorskip("lm_eval", reason="lm-eval is not installed: pip install 't5x-launch[lm-eval]'")
+pytest.importorskip("lm_eval", reason="lm-eval is not installed: pip install --find-links dist 't5x-launch[lm-eval]'")
 
 import t5x.tasks as tt
 from t5x import models

@@ -87,6 +87,7 @@ def test_sigterm_saves_checkpoint_and_exits_cleanly(tmp_path):
     assert rc == 0, err
     result, _ = _result(tmp_path)
     assert result["stop_reason"] == "signal"
+    assert result["signal"] == signal.SIGTERM
     reached = result["step"]
     assert 3 <= reached < 10_000
     assert os.path.isdir(tmp_path / "model" / f"checkpoint_{reached}")
@@ -127,6 +128,63 @@ def test_non_finite_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path
     assert math.isnan(info.value.loss)
     assert info.value.last_checkpoint_step == 4
     assert checkpointer.all_steps() == [4]
+
+
+def _signal_at(step_to_signal, *signals):
+    def on_step(step, metrics):
+        del metrics
+        if step == step_to_signal:
+            for signum in signals:
+                os.kill(os.getpid(), signum)
+
+    return on_step
+
+
+def test_sigint_stops_after_the_step_with_its_number_and_restores_the_handlers(tmp_path):
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    checkpointer = NpzCheckpointer(str(tmp_path))
+    result = train(
+        _trainer(),
+        ArrayIterator(make_data(64), batch_size=4),
+        total_steps=50,
+        checkpointer=checkpointer,
+        checkpoint_period=10,
+        on_step=_signal_at(3, signal.SIGINT),
+    )
+    assert (result.stop_reason, result.signal, result.step) == ("signal", signal.SIGINT, 3)
+    assert checkpointer.all_steps() == [3]
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_a_second_sigint_aborts_at_once(tmp_path):
+    before = signal.getsignal(signal.SIGINT)
+    checkpointer = NpzCheckpointer(str(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        train(
+            _trainer(),
+            ArrayIterator(make_data(64), batch_size=4),
+            total_steps=50,
+            checkpointer=checkpointer,
+            checkpoint_period=10,
+            on_step=_signal_at(3, signal.SIGTERM, signal.SIGINT),
+        )
+    assert checkpointer.all_steps() == []  # no waiting for the save of step 3
+    assert signal.getsignal(signal.SIGINT) == before
+
+
+def test_a_signal_during_the_final_save_is_reported(tmp_path):
+    class SignalledOnSave(NpzCheckpointer):
+        def save(self, step, train_state, input_state=None):
+            super().save(step, train_state, input_state)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    checkpointer = SignalledOnSave(str(tmp_path))
+    result = train(
+        _trainer(), ArrayIterator(make_data(64), batch_size=4), total_steps=5, checkpointer=checkpointer
+    )
+    # Training was complete, but a caller that runs several trainings must still learn of the signal.
+    assert (result.stop_reason, result.signal, result.step) == ("completed", signal.SIGTERM, 5)
+    assert checkpointer.all_steps() == [5]
 
 
 def test_early_stopping_and_evaluate():

@@ -81,6 +81,7 @@ def main():
             {
                 "losses": {str(k): v for k, v in result.losses.items()},
                 "stop_reason": result.stop_reason,
+                "signal": result.signal,
                 "step": result.step,
                 "start_step": result.start_step,
             },

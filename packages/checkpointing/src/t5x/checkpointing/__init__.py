@@ -3,6 +3,7 @@
 from t5x.checkpointing._api import load_t5x_checkpoint, save_t5x_checkpoint
 from t5x.checkpointing._checkpointer import Checkpointer, pin_checkpoint, unpin_checkpoint
 from t5x.checkpointing._codec import CorruptIndexError
+from t5x.checkpointing._errors import CheckpointIntegrityError
 from t5x.checkpointing._huggingface import (
     HfTokenizerInfo,
     read_hf_folder,
@@ -14,6 +15,7 @@ from t5x.checkpointing._layouts import model_info, scan_layers, unscan_layers, w
 from t5x.checkpointing._mtf import mtf_checkpoint_prefix, read_mtf_checkpoint
 from t5x.checkpointing._reader import LazyArray
 from t5x.checkpointing._specs import UnsafeSpecError
+from t5x.checkpointing._verify import VerificationReport, verify_checkpoint
 
 __all__ = [
     "HfTokenizerInfo",
@@ -24,9 +26,11 @@ __all__ = [
     "mtf_checkpoint_prefix",
     "write_hf_folder",
     "Checkpointer",
+    "CheckpointIntegrityError",
     "CorruptIndexError",
     "LazyArray",
     "UnsafeSpecError",
+    "VerificationReport",
     "load_t5x_checkpoint",
     "model_info",
     "pin_checkpoint",
@@ -34,5 +38,6 @@ __all__ = [
     "scan_layers",
     "unpin_checkpoint",
     "unscan_layers",
+    "verify_checkpoint",
     "write_model_info",
 ]

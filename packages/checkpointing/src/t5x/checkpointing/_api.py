@@ -10,7 +10,12 @@ from t5x.checkpointing import _checkpointer, _reader, _restore
 
 
 def load_t5x_checkpoint(
-    path: str | os.PathLike[str], step: int | None = None, restore_dtype: Any = None, lazy: bool = False
+    path: str | os.PathLike[str],
+    step: int | None = None,
+    restore_dtype: Any = None,
+    lazy: bool = False,
+    *,
+    verify: bool = True,
 ) -> dict[str, Any]:
     """Loads a whole checkpoint as a nested state dict, without a model.
 
@@ -20,7 +25,10 @@ def load_t5x_checkpoint(
         ``checkpoint`` index file.
       step: the step to load from a model folder.
       restore_dtype: cast floating parameters (``target``) to this dtype.
-      lazy: return :class:`LazyArray` leaves, read on ``get()`` / ``np.asarray``.
+      lazy: return :class:`LazyArray` leaves, read on ``get()`` / ``np.asarray``
+        (and verified then).
+      verify: check every array against the step's checksums (the default); a
+        checkpoint without checksums loads unverified with a warning.
 
     Returns:
       ``{"target": params, "state": {"step": ..., "param_states": ...}}`` with
@@ -29,9 +37,11 @@ def load_t5x_checkpoint(
     Raises:
       FileNotFoundError: no checkpoint at ``path`` (names it and the newest step).
       CorruptIndexError: the index cannot be decoded.
+      CheckpointIntegrityError: a chunk, array folder or metadata file is missing
+        or changed (names the parameter, the file, expected and found).
     """
     step_dir, _ = _reader.locate(os.fspath(path), step)
-    sources = _reader.read_sources(step_dir)
+    sources = _reader.read_sources(step_dir, verify=verify)
     chosen = _restore.select(sources, step_dir, None, restore_dtype=restore_dtype)
     return _restore.materialize(chosen, lazy=lazy)
 

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import time
 from collections.abc import Mapping
@@ -14,11 +15,14 @@ from typing import Any
 
 import jax
 
-from t5x.checkpointing import _format, _multihost, _reader, _restore
-from t5x.checkpointing._codec import CorruptIndexError
+from t5x.checkpointing import _format, _integrity, _multihost, _reader, _restore
+from t5x.checkpointing._errors import CheckpointIntegrityError
 from t5x.interfaces import JSONValue, RestoredCheckpoint
 
-_TMP_DIR = re.compile(r"^checkpoint_(\d+)\.tmp-\d+$")
+# A save in progress: ``checkpoint_<step>.tmp-<ms>-<writer>``, where the writer id
+# (``<pid>-<random hex>``) tells one Checkpointer's folders from another's. The form
+# without a writer id (written before) is still recognised as temporary.
+_TMP_DIR = re.compile(r"^checkpoint_(\d+)\.tmp-\d+(?:-(?P<writer>\d+-[0-9a-f]+))?$")
 
 
 def _remove_step_dir(step_dir: str) -> None:
@@ -64,6 +68,14 @@ class Checkpointer:
         several times faster than gzip), ``"gzip"`` (what upstream T5X writes)
         or ``"none"``. TensorStore reads all three, so upstream T5X reads any.
       async_save: write in a background thread (False: ``save`` blocks).
+      verify: check what ``restore`` reads against the step's checksums (see
+        :func:`verify_checkpoint`); False skips the checks (links leaving the
+        step folder are refused either way).
+
+    Temporary folders carry this Checkpointer's writer id; a save removes only
+    its own leftovers. Folders of killed writers are removed by
+    :meth:`remove_abandoned_saves`, which only the holder of the model folder's
+    lock may call.
     """
 
     def __init__(
@@ -76,6 +88,7 @@ class Checkpointer:
         restore_dtype: Any = None,
         compression: str = "zstd",
         async_save: bool = True,
+        verify: bool = True,
     ) -> None:
         if keep is not None and keep < 1:
             raise ValueError(f"keep must be None or >= 1, got {keep}")
@@ -90,6 +103,8 @@ class Checkpointer:
         self.save_dtype = save_dtype
         self.restore_dtype = restore_dtype
         self.compression = compression
+        self.verify = verify
+        self._writer = f"{os.getpid()}-{secrets.token_hex(4)}"
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "t5x-checkpoint") if async_save else None
         self._pending: concurrent.futures.Future[None] | None = None
         self._saves = 0
@@ -136,10 +151,10 @@ class Checkpointer:
                 f"train_state must be a dict with a 'target' key, got {type(train_state).__name__}"
             )
         input_json = None if input_state is None else json.dumps(input_state)
-        if self._saves == 0 and jax.process_index() == 0:
-            # Only a writer cleans up what crashed saves left: a reader (an eval job
-            # watching the folder) must never delete a live writer's temporary folder.
-            self._remove_stale_temporaries()
+        if jax.process_index() == 0:
+            # Only this writer's own leftovers: another writer's temporary folder may be a
+            # save in progress (see remove_abandoned_saves for those of dead writers).
+            self._remove_temporaries(own=True)
         self._saves += 1
         final_dir = self.step_dir(step)
         tmp_dir = self._make_tmp_dir(step, final_dir)
@@ -160,7 +175,7 @@ class Checkpointer:
             if os.path.exists(final_dir):
                 answer = "SKIP"
             else:
-                tmp_dir = f"{final_dir}.tmp-{int(time.time() * 1000)}"
+                tmp_dir = f"{final_dir}.tmp-{int(time.time() * 1000)}-{self._writer}"
                 try:
                     os.makedirs(tmp_dir)
                     answer = tmp_dir
@@ -183,31 +198,76 @@ class Checkpointer:
         save_id: int,
     ) -> None:
         tag = f"t5x_ckpt/{self._tag}/{save_id}"
+        checksums = _integrity.WRITE_CHECKSUMS
+        process, count = jax.process_index(), jax.process_count()
         try:
-            _format.write_arrays(tmp_dir, leaves, self.compression)
+            written = _format.write_arrays(tmp_dir, leaves, self.compression, checksums)
             if input_json is not None:
-                name = _format.input_state_file(jax.process_index(), jax.process_count())
+                name = _format.input_state_file(process, count)
                 with open(os.path.join(tmp_dir, name), "w") as handle:
                     handle.write(input_json)
+            if checksums and count > 1:
+                part = os.path.join(tmp_dir, _integrity.part_file(process, count))
+                _integrity.write_json(part, written.digests)
         except BaseException:
-            if jax.process_index() == 0:
+            if process == 0:
                 shutil.rmtree(tmp_dir, ignore_errors=True)
             raise
         _multihost.barrier(f"{tag}/written")
-        if jax.process_index() == 0:
+        if process == 0:
             try:
                 index = _format.build_index(leaves, self.compression)
-                path = os.path.join(tmp_dir, _format.INDEX_FILE)
-                with open(path, "wb") as handle:
+                paths = [os.path.join(tmp_dir, _format.INDEX_FILE)]
+                with open(paths[0], "wb") as handle:
                     handle.write(index)
-                    handle.flush()
-                    os.fsync(handle.fileno())
+                if checksums:
+                    paths.append(self._write_manifest(tmp_dir, leaves, written, index, count))
+                for path in paths:  # both written before either is synced: the second fsync has little left
+                    with open(path, "rb+") as handle:
+                        os.fsync(handle.fileno())
                 os.rename(tmp_dir, final_dir)
             except BaseException:
                 shutil.rmtree(tmp_dir, ignore_errors=True)
                 raise
             self._apply_retention()
         _multihost.barrier(f"{tag}/renamed")
+
+    def _write_manifest(
+        self,
+        tmp_dir: str,
+        leaves: list[_format.HostLeaf],
+        written: _integrity.Written,
+        index: bytes,
+        count: int,
+    ) -> str:
+        """Process 0: gathers every process's chunk digests and writes ``checksums.json`` (unsynced).
+
+        Returns:
+          The manifest's path.
+        """
+        merged: dict[str, dict[str, str]] = {}
+        parts = (
+            [os.path.join(tmp_dir, _integrity.part_file(p, count)) for p in range(count)] if count > 1 else []
+        )
+        for part in parts:
+            with open(part) as handle:
+                for folder, chunks in json.load(handle).items():
+                    merged.setdefault(folder, {}).update(chunks)
+        for folder, chunks in written.digests.items():
+            merged.setdefault(folder, {}).update(chunks)
+        files = {_format.INDEX_FILE: index}
+        for name in sorted(os.listdir(tmp_dir)):
+            if name.startswith(_format.INPUT_STATE_PREFIX + "-"):
+                with open(os.path.join(tmp_dir, name), "rb") as handle:
+                    files[name] = handle.read()
+        manifest = _integrity.build_manifest(
+            tmp_dir, _format.stored_arrays(leaves), merged, written.zarrays, files, _format.ts_context()
+        )
+        path = os.path.join(tmp_dir, _integrity.MANIFEST_FILE)
+        _integrity.write_json(path, manifest)
+        for part in parts:
+            os.remove(part)
+        return path
 
     def _apply_retention(self) -> None:
         if self.keep is None:
@@ -222,23 +282,51 @@ class Checkpointer:
             _remove_step_dir(step_dir)
 
     def _newest_valid_hint(self, broken_step: int) -> str:
-        """Names the newest checkpoint older than ``broken_step`` whose index decodes."""
+        """Names the newest checkpoint older than ``broken_step`` whose index and metadata check out."""
         for step in reversed([s for s in self.all_steps() if s < broken_step]):
             try:
-                _reader.read_sources(self.step_dir(step))
-            except (CorruptIndexError, OSError):
+                _reader.read_sources(self.step_dir(step), verify=self.verify)
+            except (CheckpointIntegrityError, OSError):
                 continue
             return f"the newest valid checkpoint is step {step} ({self.step_dir(step)}): restore it with step={step}, or remove {self.step_dir(broken_step)}"
         return "no older valid checkpoint exists"
 
-    def _remove_stale_temporaries(self) -> None:
+    def _remove_temporaries(self, *, own: bool) -> list[str]:
+        """Removes this writer's temporary folders (``own``) or every other writer's."""
         try:
             names = os.listdir(self.model_dir)
         except FileNotFoundError:
-            return
-        for name in names:
-            if _TMP_DIR.match(name):
-                shutil.rmtree(os.path.join(self.model_dir, name), ignore_errors=True)
+            return []
+        removed = []
+        for name in sorted(names):
+            match = _TMP_DIR.match(name)
+            if match and (match.group("writer") == self._writer) == own:
+                path = os.path.join(self.model_dir, name)
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+        return removed
+
+    def remove_abandoned_saves(self) -> list[str]:
+        """Removes every temporary save folder in the model folder not created by this Checkpointer.
+
+        A save writes into ``checkpoint_<step>.tmp-<ms>-<writer id>/`` and renames it
+        when complete; a killed job leaves that folder behind (invisible to
+        listing and restore, but using disk space). ``save`` removes only its own
+        Checkpointer's leftovers, because another writer's temporary folder may
+        be a save still in progress. This method removes all the others,
+        including the older ``checkpoint_<step>.tmp-<ms>`` form.
+
+        Call it only while holding the model folder's lock (e.g. right after a
+        training job takes it, before its first save): any other writer's save in
+        progress would be deleted under it. Runs on process 0 only (it owns the
+        folder, as for saves); other processes return ``[]``.
+
+        Returns:
+          The removed folders' paths.
+        """
+        if jax.process_index() != 0:
+            return []
+        return self._remove_temporaries(own=False)
 
     def wait_until_finished(self) -> None:
         """Blocks until a pending save is on disk; raises its error, if any."""
@@ -268,6 +356,7 @@ class Checkpointer:
         assignment_map: _restore.AssignmentMap = (),
         fallback_to_target: bool = False,
         lazy: bool = False,
+        verify: bool | None = None,
     ) -> RestoredCheckpoint:
         """Loads checkpoint ``step`` (the latest when None).
 
@@ -283,14 +372,21 @@ class Checkpointer:
           assignment_map: ``(regex, replacement)`` renames from model keys
             (``target/encoder/...``) to checkpoint keys; ``None`` drops a key.
           fallback_to_target: keys the checkpoint lacks keep ``target``'s values.
-          lazy: return :class:`LazyArray` leaves instead of reading them.
+          lazy: return :class:`LazyArray` leaves instead of reading them (they
+            verify their chunks when read).
+          verify: check every array read against the step's checksums (None:
+            the Checkpointer's ``verify``). A checkpoint without checksums is
+            read unverified with a warning.
 
         Returns:
           ``RestoredCheckpoint(step, state, input_state)``.
 
         Raises:
           FileNotFoundError: no such checkpoint (names the folder and the newest
-            complete step), or an array file is missing.
+            complete step), or (not verifying) an array file is missing.
+          CheckpointIntegrityError: a chunk, array folder or metadata file is
+            missing or changed (names the parameter, the file, expected and
+            found, and the newest older checkpoint that checks out).
           ValueError: a shape or dtype does not fit ``target``.
           KeyError: the checkpoint lacks a parameter and there is no fallback.
         """
@@ -303,29 +399,44 @@ class Checkpointer:
             if step is None:
                 raise FileNotFoundError(f"no complete checkpoint in {self.model_dir}")
         step_dir, _ = _reader.locate(self.model_dir, int(step))
+        verify = self.verify if verify is None else bool(verify)
         try:
-            sources = _reader.read_sources(step_dir)
-        except CorruptIndexError as error:
-            raise CorruptIndexError(f"{error}; {self._newest_valid_hint(int(step))}") from None
-        chosen = _restore.select(
-            sources,
-            step_dir,
-            target,
-            params_only=params_only,
-            assignment_map=assignment_map,
-            fallback_to_target=fallback_to_target,
-            restore_dtype=self.restore_dtype,
-        )
-        state = _restore.materialize(chosen, shardings, lazy=lazy)
-        return RestoredCheckpoint(step=int(step), state=state, input_state=_read_input_state(step_dir))
+            sources = _reader.read_sources(step_dir, verify=verify)
+            chosen = _restore.select(
+                sources,
+                step_dir,
+                target,
+                params_only=params_only,
+                assignment_map=assignment_map,
+                fallback_to_target=fallback_to_target,
+                restore_dtype=self.restore_dtype,
+            )
+            state = _restore.materialize(chosen, shardings, lazy=lazy)
+            input_state = _read_input_state(step_dir, verify)
+        except CheckpointIntegrityError as error:
+            # The same error (class, name, path), its message extended with where to go back to.
+            error.args = (f"{error.args[0]}; {self._newest_valid_hint(int(step))}", *error.args[1:])
+            raise
+        return RestoredCheckpoint(step=int(step), state=state, input_state=input_state)
 
 
-def _read_input_state(step_dir: str) -> dict[str, JSONValue] | None:
-    path = os.path.join(step_dir, _format.input_state_file(jax.process_index(), jax.process_count()))
+def _read_input_state(step_dir: str, verify: bool = True) -> dict[str, JSONValue] | None:
+    name = _format.input_state_file(jax.process_index(), jax.process_count())
+    path = os.path.join(step_dir, name)
     if not os.path.exists(path):
         return None
-    with open(path) as handle:
-        try:
-            return json.load(handle)
-        except ValueError as error:
-            raise ValueError(f"{path} is not valid JSON: {error}") from error
+    real, step_real = os.path.realpath(path), os.path.realpath(step_dir)
+    if not _integrity.inside(real, step_real):
+        raise CheckpointIntegrityError(
+            f"{path} resolves to {real}, outside the step folder {step_real}", path=path
+        )
+    with open(path, "rb") as handle:
+        raw = handle.read()
+    if verify:
+        manifest = _integrity.load_manifest(step_dir)
+        if manifest is not None:
+            manifest.check_file(name, raw, path, required=True)
+    try:
+        return json.loads(raw)
+    except ValueError as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from error

@@ -23,14 +23,16 @@ import jax.numpy as jnp
 import msgpack
 import numpy as np
 
+from t5x.checkpointing._errors import CheckpointIntegrityError
+
 _EXT_NDARRAY = 1
 _EXT_COMPLEX = 2
 _EXT_NPSCALAR = 3
 _CHUNKED_TAG = "__msgpack_chunked_array__"
 
 
-class CorruptIndexError(ValueError):
-    """The ``checkpoint`` index file cannot be decoded."""
+class CorruptIndexError(CheckpointIntegrityError):
+    """The ``checkpoint`` index file cannot be decoded (a ``ValueError``)."""
 
 
 def _dtype_from_name(name: str) -> np.dtype:

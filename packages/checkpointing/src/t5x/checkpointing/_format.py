@@ -9,6 +9,7 @@ Layout of ``checkpoint_<step>/`` (format version 3):
   ``target.encoder.layers_0.attention.query.kernel/`` or
   ``state.param_states.encoder.layers_0.attention.query.kernel.v_row/``;
 * ``train_ds-<process>-of-<count>.json`` — each process's input-iterator state;
+* ``checksums.json`` — digests of every chunk and file (see ``_integrity``);
 * ``PINNED`` — optional; a pinned step is never deleted by retention.
 """
 
@@ -23,7 +24,7 @@ import jax
 import numpy as np
 import tensorstore as ts
 
-from t5x.checkpointing import _codec, _specs, _tree
+from t5x.checkpointing import _codec, _integrity, _specs, _tree
 
 FORMAT_VERSION = 3
 INDEX_FILE = "checkpoint"
@@ -193,8 +194,18 @@ def snapshot(state: Mapping[str, Any], save_dtype: Any = None) -> list[HostLeaf]
     return leaves
 
 
-def write_arrays(step_dir: str, leaves: list[HostLeaf], compression: str) -> None:
+def write_arrays(
+    step_dir: str, leaves: list[HostLeaf], compression: str, checksums: bool = True
+) -> _integrity.Written:
     """Writes this process's pieces of every TensorStore leaf under ``step_dir``.
+
+    Every chunk is stored, including one equal to the fill value, so that the
+    chunk files of a step are exactly its chunk grid. With ``checksums`` the
+    chunks lying wholly inside a piece are digested, and each ``.zarray`` read,
+    while TensorStore writes.
+
+    Returns:
+      The digests and ``.zarray`` contents (empty without ``checksums``).
 
     Raises:
       OSError / ValueError: from TensorStore, naming the leaf's folder.
@@ -209,10 +220,12 @@ def write_arrays(step_dir: str, leaves: list[HostLeaf], compression: str) -> Non
         spec = _specs.make_spec(_tree.dotted_name(leaf.path), leaf.shape, leaf.dtype, chunks, compression)
         spec = _specs.resolve_spec(spec, step_dir, _tree.dotted_name(leaf.path))
         spec["metadata"] = _specs.make_spec("x", leaf.shape, leaf.dtype, chunks, compression)["metadata"]
+        spec["store_data_equal_to_fill_value"] = True
         opening.append((leaf, pieces, ts.open(spec, create=True, open=True, context=context)))
     # Every future is awaited before an error is raised: a write still in
     # flight would otherwise recreate files in a folder being cleaned up.
     writes: list[tuple[HostLeaf, Any]] = []
+    out = _integrity.Written()
     first_error: Exception | None = None
     for leaf, pieces, future in opening:
         try:
@@ -222,9 +235,20 @@ def write_arrays(step_dir: str, leaves: list[HostLeaf], compression: str) -> Non
                 f"cannot create TensorStore array for {_tree.dotted_name(leaf.path)}: {error}"
             )
             continue
+        folder = array_folder(leaf)
+        if checksums:
+            out.zarrays[folder] = _integrity.read_zarray(
+                os.path.join(step_dir, folder)
+            )  # written by the open
         for index, piece in pieces:
             host = _cast(np.asarray(piece), leaf.dtype)
             writes.append((leaf, store[index].write(host)))
+            if checksums:
+                # Digested at once while TensorStore compresses and writes (xxhash releases the
+                # GIL), so that no host copy outlives its write for the sake of the checksums.
+                assert leaf.chunks is not None
+                found = _integrity.piece_digests(leaf.shape, leaf.chunks, index, host)
+                out.digests.setdefault(folder, {}).update(found)
     for leaf, future in writes:
         try:
             future.result()
@@ -234,6 +258,22 @@ def write_arrays(step_dir: str, leaves: list[HostLeaf], compression: str) -> Non
             )
     if first_error is not None:
         raise first_error
+    return out
+
+
+def array_folder(leaf: HostLeaf) -> str:
+    """A leaf's array folder under the step folder, as the index's spec names it (normalised)."""
+    name = _tree.dotted_name(leaf.path)
+    return _specs.relative_path({"path": name}, name)
+
+
+def stored_arrays(leaves: list[HostLeaf]) -> list[_integrity.StoredArray]:
+    """The TensorStore arrays of a step (every process knows all of them)."""
+    return [
+        _integrity.StoredArray(array_folder(leaf), tuple(leaf.shape), tuple(leaf.chunks))
+        for leaf in leaves
+        if leaf.chunks is not None
+    ]
 
 
 def build_index(leaves: list[HostLeaf], compression: str) -> bytes:

@@ -14,6 +14,15 @@ import numpy as np
 _WEIGHTS = "model.safetensors"
 _INDEX = "model.safetensors.index.json"
 _CONFIG = "config.json"
+# Bytes per element of each safetensors dtype (for checking a file's size against its header).
+_DTYPE_SIZES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
+}  # fmt: skip
+
+
+class HfFolderError(ValueError):
+    """A file of a Hugging Face model folder cannot be read: the message names it and what is wrong."""
 
 
 def _safetensors_numpy() -> Any:
@@ -21,20 +30,71 @@ def _safetensors_numpy() -> Any:
         import safetensors.numpy as st_numpy
     except ImportError as err:  # optional dependency
         raise ImportError(
-            "reading or writing Hugging Face folders needs the 'safetensors' package (pip install safetensors)"
+            "reading or writing Hugging Face folders needs the 'safetensors' package: pip install --find-links dist 't5x-checkpointing[hf]' (in the t5x checkout after `python3 -m nox -s wheels`; see docs/installing.md)"
         ) from err
     return st_numpy
 
 
+def _safetensors_problem(path: str) -> str | None:
+    """What makes ``path`` an unreadable safetensors file (None when its layout is sound)."""
+    size = os.path.getsize(path)
+    if size < 8:
+        return f"the file is {size} bytes, too short for a safetensors header (empty or truncated?)"
+    with open(path, "rb") as f:
+        header_len = int.from_bytes(f.read(8), "little")
+        if header_len > size - 8:
+            return (
+                f"its header should be {header_len} bytes but the file holds only {size - 8} after the "
+                "length (truncated, or not a safetensors file)"
+            )
+        raw = f.read(header_len)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        return f"its header is not valid JSON ({err}): not a safetensors file, or damaged"
+    if not isinstance(header, dict):
+        return "its header is not a JSON object: not a safetensors file, or damaged"
+    needed = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            start, end = (int(v) for v in info["data_offsets"])
+            count = int(np.prod(info["shape"], dtype=np.int64))
+            width = _DTYPE_SIZES.get(info["dtype"])
+        except (KeyError, TypeError, ValueError):
+            return f"its header entry for tensor {name!r} is malformed: {info!r}"
+        if end < start or (width is not None and end - start != count * width):
+            return f"its header gives tensor {name!r} inconsistent offsets {[start, end]} for shape {info['shape']}"
+        needed = max(needed, end)
+    data = size - 8 - header_len
+    if data < needed:
+        return (
+            f"truncated: its header describes {needed} bytes of tensor data but the file holds {data} "
+            "(an interrupted download or copy?)"
+        )
+    return None
+
+
 def _load_file(path: str) -> dict[str, np.ndarray]:
+    """Reads one safetensors file; HfFolderError names it when it is truncated or damaged."""
     st_numpy = _safetensors_numpy()
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such safetensors file")
+    problem = _safetensors_problem(path)
+    if problem is not None:
+        raise HfFolderError(f"{path}: cannot read the safetensors file: {problem}")
     try:
         loaded = dict(st_numpy.load_file(path))
     except (TypeError, ValueError) as err:
         # numpy has no bfloat16: read those files through the raw format instead.
         if "bf16" not in str(err).lower() and "bfloat16" not in str(err).lower():
-            raise
+            raise HfFolderError(f"{path}: cannot read the safetensors file: {err}") from err
         return _load_bfloat16_file(path)
+    except Exception as err:  # safetensors' own error type is not a ValueError
+        if type(err).__name__ != "SafetensorError":
+            raise
+        raise HfFolderError(f"{path}: cannot read the safetensors file: {err}") from err
     # Recent safetensors hand bfloat16 back as ml_dtypes arrays; widen them like the fallback does.
     return {k: v.astype(np.float32) if v.dtype.name == "bfloat16" else v for k, v in loaded.items()}
 
@@ -82,7 +142,9 @@ def read_hf_folder(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray],
 
     Raises:
       FileNotFoundError: when the folder has no config or no safetensors weights
-        (pickled ``pytorch_model.bin`` files are refused on purpose).
+        (pickled ``pytorch_model.bin`` files are refused on purpose), or a shard
+        its index lists is missing.
+      HfFolderError: a file is truncated or damaged (names it and what is wrong).
     """
     path = os.fspath(path)
     if not os.path.isdir(path):
@@ -90,18 +152,21 @@ def read_hf_folder(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray],
     config_path = os.path.join(path, _CONFIG)
     if not os.path.isfile(config_path):
         raise FileNotFoundError(f"{path}: no {_CONFIG} in the Hugging Face folder")
-    with open(config_path, encoding="utf-8") as f:
-        config = json.load(f)
+    config = _read_json(config_path)
     single = os.path.join(path, _WEIGHTS)
     index = os.path.join(path, _INDEX)
     if os.path.isfile(single):
         return _load_file(single), config
     if os.path.isfile(index):
-        with open(index, encoding="utf-8") as f:
-            weight_map = json.load(f)["weight_map"]
+        weight_map = _read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise HfFolderError(f'{index}: no "weight_map" object (not a safetensors index?)')
         state: dict[str, np.ndarray] = {}
         for shard in sorted(set(weight_map.values())):
-            state.update(_load_file(os.path.join(path, shard)))
+            shard_path = os.path.join(path, shard)
+            if not os.path.isfile(shard_path):
+                raise FileNotFoundError(f"{index} lists the shard {shard}, which is not in {path}")
+            state.update(_load_file(shard_path))
         missing = sorted(set(weight_map) - set(state))
         if missing:
             raise KeyError(f"{index} lists tensors no shard holds: {missing[:5]}")
@@ -112,6 +177,17 @@ def read_hf_folder(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray],
         f"{path}: expected {_WEIGHTS} or {_INDEX}; {found}pickled PyTorch weights are never read because "
         "loading them can run code (re-save with transformers' save_pretrained(..., safe_serialization=True))"
     )
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise HfFolderError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(value, dict):
+        raise HfFolderError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 def write_hf_folder(
@@ -178,8 +254,7 @@ def read_hf_tokenizer_info(path: str | os.PathLike[str]) -> HfTokenizerInfo:
     config: dict[str, Any] = {}
     config_path = os.path.join(path, _TOKENIZER_CONFIG)
     if os.path.isfile(config_path):
-        with open(config_path, encoding="utf-8") as f:
-            config = json.load(f)
+        config = _read_json(config_path)
     tokenizer_class = str(config.get("tokenizer_class", ""))
     if tokenizer_class.startswith("ByT5"):
         return HfTokenizerInfo("byte", extra_ids=int(config.get("extra_ids", _BYT5_DEFAULT_EXTRA_IDS)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import collections
 import json
 import os
 import re
@@ -13,7 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import tensorstore as ts
 
-from t5x.checkpointing import _codec, _format, _specs, _tree
+from t5x.checkpointing import _codec, _format, _integrity, _specs, _tree
+from t5x.checkpointing._errors import CheckpointIntegrityError
 
 _STEP_DIR = re.compile(r"^checkpoint_(\d+)$")
 ORBAX_ITEM = "state"
@@ -22,6 +24,11 @@ ORBAX_METADATA = "_METADATA"
 
 class LazyArray:
     """A checkpoint leaf that is read only when asked for.
+
+    Reads are verified when the leaf was opened with ``verify`` (the default):
+    each read covers whole chunks, whose digests are compared with the step's
+    checksum manifest before any value is returned, and a chunk that does not
+    decode raises :class:`CheckpointIntegrityError` too.
 
     Attributes:
       name: the leaf's dotted state path.
@@ -37,6 +44,8 @@ class LazyArray:
         spec: dict[str, Any] | None,
         value: np.ndarray | None = None,
         context: ts.Context | None = None,
+        *,
+        check: _integrity.ArrayCheck | None = None,
     ) -> None:
         self.name = name
         self.shape = tuple(shape)
@@ -45,6 +54,17 @@ class LazyArray:
         self._value = value
         self._context = context
         self._store: Any = None
+        self._check = check
+
+    @property
+    def stored_inline(self) -> bool:
+        """Whether the value lives inside the index (no array folder)."""
+        return self._spec is None
+
+    @property
+    def verifies_chunks(self) -> bool:
+        """Whether reads are checked against recorded chunk digests."""
+        return self._check is not None and self._check.expected is not None
 
     @property
     def ndim(self) -> int:
@@ -57,7 +77,13 @@ class LazyArray:
     def astype(self, dtype: Any) -> LazyArray:
         """A lazy view of this leaf that reads as ``dtype``."""
         view = LazyArray(
-            self.name, self.shape, np.dtype(jnp.dtype(dtype)), self._spec, self._value, self._context
+            self.name,
+            self.shape,
+            np.dtype(jnp.dtype(dtype)),
+            self._spec,
+            self._value,
+            self._context,
+            check=self._check,
         )
         view._store = self._store
         return view
@@ -71,21 +97,46 @@ class LazyArray:
     def set_store(self, store: Any) -> None:
         self._store = store
 
+    def failure(self, what: str, error: BaseException) -> Exception:
+        """The error to raise for a failed open or read: an integrity error when verifying."""
+        if isinstance(error, CheckpointIntegrityError):
+            return error
+        if self._check is not None:
+            return CheckpointIntegrityError(
+                f"{self.name}: cannot {what} the zarr array {self._check.folder}: {error}",
+                name=self.name,
+                path=self._check.folder,
+            )
+        return FileNotFoundError(f"cannot {what} the array of {self.name}: {error}")
+
     def _opened(self) -> Any:
         if self._store is None:
             try:
                 self._store = self.open_future().result()
             except Exception as error:
-                raise FileNotFoundError(f"cannot open the array of {self.name}: {error}") from error
+                raise self.failure("open", error) from error
         return self._store
 
     def read_future(self, index: tuple[slice, ...] | None = None) -> Any:
-        """Starts reading ``index`` (the whole array when None); ``.result()`` gives numpy."""
+        """Starts reading ``index`` (the whole array when None); ``.result()`` gives numpy.
+
+        When verifying, the whole chunks around ``index`` are read and checked
+        when ``.result()`` is called (so checks overlap other reads in flight).
+        """
         if self._spec is None:
             value = np.asarray(self._value) if index is None else np.asarray(self._value)[index]
             return _Done(value)
         store = self._opened()
-        return store.read() if index is None else store[index].read()
+        if self._check is None:
+            return store.read() if index is None else store[index].read()
+        box = self._check.aligned(index) if self.verifies_chunks else index
+        future = store.read() if box is None else store[box].read()
+        inner = None
+        if index is not None and box is not None and box != tuple(index):
+            inner = tuple(
+                slice(s.start - b.start, s.stop - b.start) for s, b in zip(_concrete(index, self.shape), box)
+            )
+        return _Checked(self, future, box, inner)
 
     def finish(self, raw: np.ndarray) -> np.ndarray:
         """Casts a read result to ``dtype``."""
@@ -93,13 +144,60 @@ class LazyArray:
         return raw if raw.dtype == self.dtype else raw.astype(self.dtype)
 
     def get(self) -> np.ndarray:
-        """Reads the whole leaf into memory."""
+        """Reads the whole leaf into memory.
+
+        Raises:
+          CheckpointIntegrityError: (verifying) a chunk is missing, changed or undecodable.
+          FileNotFoundError: (not verifying) the array cannot be read.
+        """
         try:
             return self.finish(self.read_future().result())
-        except FileNotFoundError:
+        except (FileNotFoundError, CheckpointIntegrityError):
             raise
         except Exception as error:
-            raise FileNotFoundError(f"cannot read the array of {self.name}: {error}") from error
+            raise self.failure("read", error) from error
+
+    def read_chunkwise(self, max_bytes_in_flight: int = 256 << 20) -> tuple[int, int]:
+        """Reads the whole leaf chunk by chunk, checking each, without keeping any.
+
+        Memory stays near ``max_bytes_in_flight`` however large the array.
+
+        Returns:
+          ``(chunks compared with a checksum, bytes read)``.
+
+        Raises:
+          CheckpointIntegrityError: (verifying) a chunk is changed or undecodable.
+          FileNotFoundError: (not verifying) the array cannot be read.
+        """
+        check = self._check
+        if self._spec is None or check is None:
+            value = self.read_future().result()
+            return 0, int(np.asarray(value).nbytes)
+        store = self._opened()
+        pending: collections.deque[tuple[tuple[slice, ...], Any, int]] = collections.deque()
+        in_flight = checked = total = 0
+
+        def finish_one() -> None:
+            nonlocal in_flight, checked, total
+            box, future, size = pending.popleft()
+            in_flight -= size
+            try:
+                data = np.asarray(future.result())
+            except Exception as error:
+                raise self.failure("read", error) from error
+            checked += check.verify(box, data)
+            total += int(data.nbytes)
+
+        itemsize = np.dtype(store.dtype.numpy_dtype).itemsize
+        for _, box in check.boxes():
+            size = itemsize * int(np.prod([b.stop - b.start for b in box], dtype=np.int64))
+            pending.append((box, store[box].read(), size))
+            in_flight += size
+            while in_flight > max_bytes_in_flight and len(pending) > 1:
+                finish_one()
+        while pending:
+            finish_one()
+        return checked, total
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         value = self.get()
@@ -115,6 +213,34 @@ class _Done:
 
     def result(self) -> np.ndarray:
         return self._value
+
+
+def _concrete(index: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[slice, ...]:
+    return tuple(slice(*s.indices(n)[:2]) for s, n in zip(index, shape))
+
+
+class _Checked:
+    """A verified read in flight: ``result()`` checks the chunks, then cuts out what was asked."""
+
+    def __init__(
+        self, source: LazyArray, future: Any, box: tuple[slice, ...] | None, inner: tuple[slice, ...] | None
+    ) -> None:
+        self._source = source
+        self._future = future
+        self._box = box
+        self._inner = inner
+
+    def result(self) -> np.ndarray:
+        source = self._source
+        try:
+            data = np.asarray(self._future.result())
+        except Exception as error:
+            raise source.failure("read", error) from error
+        check = source._check
+        if check is not None and check.expected is not None:
+            box = self._box if self._box is not None else check.aligned(None)
+            check.verify(box, data)
+        return data if self._inner is None else data[self._inner]
 
 
 def is_complete_t5x_step(step_dir: str) -> bool:
@@ -180,26 +306,89 @@ def locate(path: str, step: int | None = None) -> tuple[str, int | None]:
     return step_dir, step
 
 
-def _t5x_sources(step_dir: str, context: ts.Context) -> dict[_tree.Path, Any]:
+def _t5x_sources(
+    step_dir: str,
+    context: ts.Context,
+    verify: bool,
+    problems: list[CheckpointIntegrityError] | None = None,
+) -> dict[_tree.Path, Any]:
+    """The leaves of a T5X step folder; see :func:`read_sources`.
+
+    ``problems``: collect per-array integrity errors there (the array is left
+    out) instead of raising the first.
+    """
     index_path = os.path.join(step_dir, _format.INDEX_FILE)
+    step_real = os.path.realpath(step_dir)
+    if not _integrity.inside(os.path.realpath(index_path), step_real):
+        raise CheckpointIntegrityError(
+            f"{index_path} resolves to {os.path.realpath(index_path)}, outside the step folder {step_real}",
+            path=index_path,
+        )
     with open(index_path, "rb") as handle:
-        contents = _codec.decode_index(handle.read(), index_path)
+        raw = handle.read()
+    contents = _codec.decode_index(raw, index_path)
     tree = contents.get("optimizer", contents) if "version" in contents else contents
     if not isinstance(tree, dict):
         raise _codec.CorruptIndexError(
             f"{index_path}: 'optimizer' must be a map, found {type(tree).__name__}"
         )
     flat = _tree.flatten(tree, is_leaf=_specs.is_spec)
+    # Paths escaping the folder are refused first, checksums or not.
+    specs = {
+        path: _specs.resolve_spec(value, step_dir, _tree.dotted_name(path))
+        for path, value in flat.items()
+        if _specs.is_spec(value)
+    }
+    manifest = _integrity.load_manifest(step_dir) if verify else None
+    if manifest is not None:
+        manifest.check_file(_format.INDEX_FILE, raw, index_path, required=True)
+    elif verify:
+        _integrity.warn_unverified(
+            step_dir,
+            f"it has no {_integrity.MANIFEST_FILE} (written by upstream T5X or before checksums), "
+            "so missing or changed chunks cannot be detected",
+        )
+    with os.scandir(step_dir) as scan:
+        step_entries = {entry.name: entry for entry in scan}
     sources: dict[_tree.Path, Any] = {}
     for path, value in flat.items():
         name = _tree.dotted_name(path)
         if _specs.is_spec(value):
-            spec = _specs.resolve_spec(value, step_dir, name)
+            spec = specs[path]
             shape, dtype = _specs.spec_shape(value), _specs.spec_dtype(value)
+            relative = _specs.relative_path(value, name)
+            record = None
+            try:
+                if manifest is not None:
+                    record = manifest.arrays.get(relative)
+                    if record is None:
+                        raise CheckpointIntegrityError(
+                            f"{name}: the checksum manifest {manifest.path} has no record of its array "
+                            f"folder {relative}",
+                            name=name,
+                            path=manifest.path,
+                        )
+                check = _integrity.check_array(
+                    name,
+                    spec["kvstore"]["path"],
+                    step_real,
+                    index_shape=shape,
+                    index_dtype=dtype,
+                    record=record,
+                    verify=verify,
+                    step_entries=None if "/" in relative else step_entries,
+                )
+            except CheckpointIntegrityError as error:
+                if problems is None:
+                    raise
+                problems.append(error)
+                continue
+            if check is not None and (shape is None or dtype is None):
+                shape = shape if shape is not None else check.shape
             if shape is None or dtype is None:
-                store = _open_or_fail(spec, context, name, step_dir)
+                store = _open_or_fail(spec, context, name, step_dir, verify)
                 shape, dtype = tuple(store.shape), np.dtype(store.dtype.numpy_dtype)
-            sources[path] = LazyArray(name, shape, dtype, spec, context=context)
+            sources[path] = LazyArray(name, shape, dtype, spec, context=context, check=check)
         elif isinstance(value, np.ndarray | np.generic | int | float | bool):
             array = np.asarray(value)
             sources[path] = LazyArray(name, array.shape, array.dtype, None, value=array)
@@ -208,16 +397,18 @@ def _t5x_sources(step_dir: str, context: ts.Context) -> dict[_tree.Path, Any]:
     return sources
 
 
-def _open_or_fail(spec: dict[str, Any], context: ts.Context, name: str, step_dir: str) -> Any:
+def _open_or_fail(spec: dict[str, Any], context: ts.Context, name: str, where: str, verify: bool) -> Any:
     try:
         return ts.open(spec, open=True, read=True, context=context).result()
     except Exception as error:
-        raise FileNotFoundError(
-            f"array file of {name} missing or unreadable in {step_dir}: {error}"
-        ) from error
+        if verify:
+            raise CheckpointIntegrityError(
+                f"{name}: cannot open its zarr array in {where}: {error}", name=name, path=where
+            ) from error
+        raise FileNotFoundError(f"array file of {name} missing or unreadable in {where}: {error}") from error
 
 
-def _orbax_sources(item_dir: str, context: ts.Context) -> dict[_tree.Path, Any]:
+def _orbax_sources(item_dir: str, context: ts.Context, verify: bool) -> dict[_tree.Path, Any]:
     metadata_path = os.path.join(item_dir, ORBAX_METADATA)
     try:
         with open(metadata_path) as handle:
@@ -233,6 +424,13 @@ def _orbax_sources(item_dir: str, context: ts.Context) -> dict[_tree.Path, Any]:
             aggregate = _tree.flatten(_codec.decode_index(handle.read(), aggregate_path))
     driver = "zarr3" if metadata.get("use_zarr3") else "zarr"
     base = os.path.abspath(item_dir) + "/"
+    step_real = os.path.realpath(os.path.dirname(os.path.abspath(item_dir)))
+    _integrity.check_tree_contained(item_dir, step_real)
+    if verify:
+        _integrity.warn_unverified(
+            os.path.dirname(os.path.abspath(item_dir)),
+            "the Orbax layout carries no checksums, so missing or changed chunks cannot be detected",
+        )
     sources: dict[_tree.Path, Any] = {}
     for key, entry in metadata.get("tree_metadata", {}).items():
         keys = entry.get("key_metadata")
@@ -243,12 +441,22 @@ def _orbax_sources(item_dir: str, context: ts.Context) -> dict[_tree.Path, Any]:
             array = np.asarray(stored)
             sources[path] = LazyArray(name, array.shape, array.dtype, None, value=array)
             continue
+        relative = _specs.relative_path({"path": name}, name)  # refuses "..", absolute, URLs
         if metadata.get("use_ocdbt", True):
-            kvstore: dict[str, Any] = {"driver": "ocdbt", "base": f"file://{base}", "path": name + "/"}
+            kvstore: dict[str, Any] = {"driver": "ocdbt", "base": f"file://{base}", "path": relative + "/"}
         else:
-            kvstore = {"driver": "file", "path": base + name + "/"}
+            kvstore = {"driver": "file", "path": base + relative + "/"}
+            _integrity.check_array(
+                name,
+                base + relative,
+                step_real,
+                index_shape=None,
+                index_dtype=None,
+                record=None,
+                verify=False,
+            )
         spec = {"driver": driver, "kvstore": kvstore}
-        store = _open_or_fail(spec, context, name, item_dir)
+        store = _open_or_fail(spec, context, name, item_dir, verify)
         sources[path] = LazyArray(
             name, tuple(store.shape), np.dtype(store.dtype.numpy_dtype), spec, context=context
         )
@@ -259,11 +467,21 @@ def _orbax_sources(item_dir: str, context: ts.Context) -> dict[_tree.Path, Any]:
     return _tree.flatten(tree, is_leaf=lambda x: isinstance(x, LazyArray))
 
 
-def read_sources(step_dir: str) -> dict[_tree.Path, Any]:
+def read_sources(
+    step_dir: str, *, verify: bool = True, problems: list[CheckpointIntegrityError] | None = None
+) -> dict[_tree.Path, Any]:
     """Every leaf of a step folder as a :class:`LazyArray` (or an inline value).
+
+    Every array folder, and every link inside one, must resolve inside the step
+    folder. With ``verify`` the index is compared with the checksum manifest and
+    each array's ``.zarray`` and chunk files are checked (no chunk data is read
+    yet; the returned leaves check their chunks as they read them). A step
+    folder without a manifest is read unverified, with a warning once.
 
     Args:
       step_dir: a ``checkpoint_<step>`` folder in either layout.
+      verify: check metadata and files here and chunk digests on reads.
+      problems: collect per-array integrity errors there instead of raising.
 
     Returns:
       ``{("target", ...): LazyArray}``; nothing is read from array files yet.
@@ -271,13 +489,14 @@ def read_sources(step_dir: str) -> dict[_tree.Path, Any]:
     Raises:
       FileNotFoundError: neither layout's index is there.
       CorruptIndexError: the index cannot be decoded.
+      CheckpointIntegrityError: the step folder is not what was written.
     """
     context = _format.ts_context()
     if os.path.isfile(os.path.join(step_dir, _format.INDEX_FILE)):
-        return _t5x_sources(step_dir, context)
+        return _t5x_sources(step_dir, context, verify, problems)
     item = os.path.join(step_dir, ORBAX_ITEM)
     if os.path.isfile(os.path.join(item, ORBAX_METADATA)):
-        return _orbax_sources(item, context)
+        return _orbax_sources(item, context, verify)
     raise FileNotFoundError(
         f"{step_dir} holds neither a T5X 'checkpoint' index nor an Orbax 'state/_METADATA'"
     )
@@ -291,14 +510,14 @@ def read_all(sources: Sequence[LazyArray]) -> list[np.ndarray]:
             try:
                 source.set_store(future.result())
             except Exception as error:
-                raise FileNotFoundError(
-                    f"array file of {source.name} missing or unreadable: {error}"
-                ) from error
+                raise source.failure("open", error) from error
     reads = [(s, s.read_future()) for s in sources]
     out = []
     for source, future in reads:
         try:
             out.append(source.finish(future.result()))
+        except CheckpointIntegrityError:
+            raise
         except Exception as error:
-            raise FileNotFoundError(f"cannot read the array of {source.name}: {error}") from error
+            raise source.failure("read", error) from error
     return out

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t5x.checkpointing import _reader, _tree
+from t5x.checkpointing._errors import CheckpointIntegrityError
 
 AssignmentMap = Sequence[tuple[str, str | None]]
 
@@ -126,8 +127,20 @@ def select(
     return chosen
 
 
+def _bounding_box(indices: Sequence[tuple[slice, ...]], shape: tuple[int, ...]) -> tuple[slice, ...]:
+    return tuple(
+        slice(min(index[d].start for index in indices), max(index[d].stop for index in indices))
+        for d in range(len(shape))
+    )
+
+
 def _place(leaves: dict[_tree.Path, Any], shardings: Mapping[_tree.Path, Any]) -> dict[_tree.Path, Any]:
-    """Reads each leaf straight into the device shards its sharding asks for."""
+    """Reads each leaf straight into the device shards its sharding asks for.
+
+    A leaf whose chunks are verified is read once, as the chunk-aligned box
+    around all of this process's shards (every chunk read and checked once,
+    however many devices share it), and the shards are cut from that.
+    """
     plans: list[tuple[_tree.Path, Any, Any, Any]] = []
     for path, source in leaves.items():
         sharding = shardings.get(path)
@@ -139,23 +152,45 @@ def _place(leaves: dict[_tree.Path, Any], shardings: Mapping[_tree.Path, Any]) -
         indices = sharding.addressable_devices_indices_map(source.shape)
         futures: dict[tuple[tuple[int, int, int], ...], Any] = {}
         per_device = {}
-        for device, index in indices.items():
-            concrete = _concrete(index, source.shape)
+        concretes = {device: _concrete(index, source.shape) for device, index in indices.items()}
+        box, whole = None, None
+        if (
+            source.verifies_chunks
+            and concretes
+            and all(s.step == 1 for index in concretes.values() for s in index)
+        ):
+            box = _bounding_box(list(concretes.values()), source.shape)
+            whole = source.read_future(box)
+        for device, concrete in concretes.items():
             key = tuple((s.start, s.stop, s.step) for s in concrete)
-            if key not in futures:
+            if box is None and key not in futures:
                 futures[key] = source.read_future(concrete)
             per_device[device] = key
-        plans.append((path, sharding, source, (futures, per_device)))
+        plans.append((path, sharding, source, (futures, per_device, box, whole)))
     placed = dict(leaves)
     for path, sharding, source, work in plans:
         if source is None:
             placed[path] = jax.device_put(np.asarray(leaves[path]), sharding)
             continue
-        futures, per_device = work
+        futures, per_device, box, whole = work
         try:
-            host = {key: source.finish(future.result()) for key, future in futures.items()}
+            if box is None:
+                host = {key: source.finish(future.result()) for key, future in futures.items()}
+            else:
+                data = whole.result()
+                host = {}
+                for key in per_device.values():
+                    if key in host:
+                        continue
+                    if all((a, z) == (b.start, b.stop) for (a, z, _), b in zip(key, box)):
+                        host[key] = source.finish(data)  # the whole box: no view (device_put may alias it)
+                    else:
+                        inner = tuple(slice(a - b.start, z - b.start) for (a, z, _), b in zip(key, box))
+                        host[key] = source.finish(data[inner])
+        except CheckpointIntegrityError:
+            raise
         except Exception as error:
-            raise FileNotFoundError(f"cannot read the array of {source.name}: {error}") from error
+            raise source.failure("read", error) from error
         arrays = [jax.device_put(host[key], device) for device, key in per_device.items()]
         placed[path] = jax.make_array_from_single_device_arrays(source.shape, sharding, arrays)
     return placed

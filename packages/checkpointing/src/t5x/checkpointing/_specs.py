@@ -12,6 +12,8 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from t5x.checkpointing._errors import CheckpointIntegrityError
+
 # Chunks of at most 64 MiB: big enough for few files, small enough that a
 # chunk never spans two devices' shards (each process writes whole chunks).
 DESIRED_CHUNK_BYTES = 64 * 1024 * 1024
@@ -19,8 +21,8 @@ DESIRED_CHUNK_BYTES = 64 * 1024 * 1024
 COMPRESSORS = ("gzip", "zstd", "none")
 
 
-class UnsafeSpecError(ValueError):
-    """A TensorStore spec in an index points outside its checkpoint folder."""
+class UnsafeSpecError(CheckpointIntegrityError):
+    """A TensorStore spec in an index points outside its checkpoint folder (a ``ValueError``)."""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -107,11 +109,32 @@ def is_spec(value: Any) -> bool:
 
 def _safe_relative(path: str, where: str) -> str:
     if not isinstance(path, str) or not path:
-        raise UnsafeSpecError(f"{where}: TensorStore path must be a non-empty string, got {path!r}")
+        raise UnsafeSpecError(
+            f"{where}: TensorStore path must be a non-empty string, got {path!r}", name=where
+        )
     normal = posixpath.normpath(path.replace("\\", "/"))
     if posixpath.isabs(normal) or normal == ".." or normal.startswith("../") or "://" in path:
-        raise UnsafeSpecError(f"{where}: TensorStore path {path!r} escapes the checkpoint folder")
+        raise UnsafeSpecError(
+            f"{where}: TensorStore path {path!r} escapes the checkpoint folder", name=where, path=path
+        )
     return normal
+
+
+def relative_path(spec: dict[str, Any], where: str) -> str:
+    """The array folder a stored spec names, relative to the step folder (normalised).
+
+    Raises:
+      UnsafeSpecError: the path is absolute, a URL, or climbs out with ``..``.
+      ValueError: the spec has no path at all.
+    """
+    kvstore = spec.get("kvstore")
+    if isinstance(kvstore, dict) and "path" in kvstore:
+        relative = kvstore["path"]
+    elif "path" in spec:
+        relative = spec["path"]
+    else:
+        raise ValueError(f"{where}: TensorStore spec has neither kvstore.path nor path: {spec!r}")
+    return _safe_relative(relative, where)
 
 
 def resolve_spec(spec: dict[str, Any], step_dir: str, where: str) -> dict[str, Any]:
@@ -135,14 +158,7 @@ def resolve_spec(spec: dict[str, Any], step_dir: str, where: str) -> dict[str, A
       ValueError: the spec has no path at all.
     """
     resolved = {key: value for key, value in spec.items() if key not in ("path", "kvstore")}
-    kvstore = spec.get("kvstore")
-    if isinstance(kvstore, dict) and "path" in kvstore:
-        relative = kvstore["path"]
-    elif "path" in spec:
-        relative = spec["path"]
-    else:
-        raise ValueError(f"{where}: TensorStore spec has neither kvstore.path nor path: {spec!r}")
-    relative = _safe_relative(relative, where)
+    relative = relative_path(spec, where)
     resolved["kvstore"] = {"driver": "file", "path": os.path.join(os.path.abspath(step_dir), relative) + "/"}
     resolved.pop("transform", None)
     if "metadata" in resolved:

@@ -7,11 +7,14 @@ so the libraries stay free of gin; the jobs here take the built objects.
 """
 
 from t5x.launch._configs import CheckpointConfig, DatasetConfig
+from t5x.launch._errors import ConfigurationError, UserError
 from t5x.launch._gin_config import GinArgs, GinConfigError, parse_gin, split_gin_flags
 from t5x.launch._jobs import JobResult, evaluate, infer, load_initial_params, train
 from t5x.launch._lm_eval_registration import LM_EVAL_MODEL_NAME, register_lm_eval_model
 from t5x.launch._local import run_local
 from t5x.launch._malloc import add_malloc_defaults, restart_with_malloc_defaults, user_environment
+from t5x.launch._model_dir_lock import ModelDirInUseError
+from t5x.launch._preemption import Preempted
 from t5x.launch._study import StudyResult, StudyRun, grid_config, run_study
 from t5x.launch._tpu import run_tpu, tpu_commands
 from t5x.launch._xla_flags import add_backend_defaults, add_xla_defaults
@@ -30,10 +33,13 @@ __all__ = [
     "model_from_gin",
     "register_lm_eval_model",
     "CheckpointConfig",
+    "ConfigurationError",
     "DatasetConfig",
     "GinArgs",
     "GinConfigError",
     "JobResult",
+    "ModelDirInUseError",
+    "Preempted",
     "evaluate",
     "infer",
     "parse_gin",
@@ -47,6 +53,7 @@ __all__ = [
     "split_gin_flags",
     "tpu_commands",
     "train",
+    "UserError",
 ]
 
 # lm-evaluation-harness finds this package's model as "t5x" (only when lm-eval is installed).

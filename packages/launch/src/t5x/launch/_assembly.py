@@ -7,6 +7,7 @@ from typing import Any
 
 from t5x.interfaces import Checkpointer, FeatureConverter, InputIterator, Model, Partitioner, check_contract
 from t5x.launch._configs import DatasetConfig
+from t5x.launch._errors import ConfigurationError
 
 
 def check_components(**components: Any) -> None:
@@ -35,7 +36,14 @@ def get_provider(cfg: DatasetConfig) -> Any:
 
     t5x.tasks.register_builtin_tasks()
     if cfg.module:
-        importlib.import_module(cfg.module)
+        try:
+            importlib.import_module(cfg.module)
+        except ModuleNotFoundError as error:
+            if error.name is None or not (cfg.module + ".").startswith(error.name + "."):
+                raise  # the module exists but one of its own imports is missing
+            raise ConfigurationError(
+                f"cannot import the task module {cfg.module!r} (MIXTURE_OR_TASK_MODULE): {error}"
+            ) from error
     return t5x.tasks.get_mixture_or_task(cfg.mixture_or_task_name)
 
 
@@ -50,7 +58,7 @@ def check_vocabularies(model: Any, provider: Any) -> None:
     """Checks that the task encodes text with the vocabularies the model was built for.
 
     Raises:
-      ValueError: naming both vocabularies.
+      ConfigurationError: (a ValueError) naming both vocabularies.
     """
     pairs = {
         "inputs": getattr(model, "input_vocabulary", None) or getattr(model, "vocabulary", None),
@@ -60,7 +68,7 @@ def check_vocabularies(model: Any, provider: Any) -> None:
         expected = pairs.get(name)
         if expected is None or feature.vocabulary == expected:
             continue
-        raise ValueError(
+        raise ConfigurationError(
             f"the model's {name} vocabulary {expected!r} differs from the vocabulary of "
             f"{provider.name}'s feature {name!r}, {feature.vocabulary!r}; configure the model "
             "with the task's vocabulary (or pick a task that uses the model's)"

@@ -7,11 +7,14 @@ import datetime
 import os
 import pathlib
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from t5x.launch._errors import UserError, is_user_error, user_error_message
 from t5x.launch._gin_config import (
     GinArgs,
+    GinBinding,
     GinConfigError,
     check_required_macros,
     explain_gin_error,
@@ -44,9 +47,23 @@ def _add_gin_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# Macros each command reads itself besides MODEL (its output folder).
+_READ_MACROS = {"train": ("MODEL_DIR",), "eval": ("EVAL_OUTPUT_DIR",), "infer": ("INFER_OUTPUT_DIR",)}
+
+
+def _flagged(bindings: Sequence[str]) -> list[str]:
+    """``--gin_bindings`` values, remembering their flag for error messages."""
+    return [GinBinding(b, f"--gin_bindings={b!r}") for b in bindings]
+
+
 def _gin_args(args: argparse.Namespace, extra_bindings: Sequence[str]) -> GinArgs:
     paths = [p for entry in args.gin_search_paths for p in entry.split(",") if p]
-    return GinArgs(tuple(args.gin_file), (*args.gin_bindings, *extra_bindings), tuple(paths))
+    return GinArgs(
+        tuple(args.gin_file),
+        (*_flagged(args.gin_bindings), *extra_bindings),
+        tuple(paths),
+        _READ_MACROS.get(getattr(args, "command", ""), ()),
+    )
 
 
 def _run_configured(job: Callable[..., Any], output_macro: str) -> Any:
@@ -62,7 +79,7 @@ def _run_configured(job: Callable[..., Any], output_macro: str) -> Any:
     try:
         result = configured()
     except (ValueError, TypeError) as error:
-        if "gin" in str(error) or "macro" in str(error):
+        if not is_user_error(error) and ("gin" in str(error) or "macro" in str(error)):
             raise explain_gin_error(error) from None
         raise
     import jax
@@ -73,7 +90,15 @@ def _run_configured(job: Callable[..., Any], output_macro: str) -> Any:
 
 
 def _cmd_train(args: argparse.Namespace, bindings: list[str]) -> int:
+    from t5x.launch._preemption import run_stoppable
+
+    # SIGTERM / SIGINT: the step ends, a checkpoint is saved, exit 143 / 130 (packages/launch/README.md).
+    return run_stoppable(lambda: _train(args, bindings))
+
+
+def _train(args: argparse.Namespace, bindings: list[str]) -> int:
     from t5x.launch._distributed import maybe_initialize_distributed
+    from t5x.launch._preemption import Preempted
 
     maybe_initialize_distributed()
     import t5x.launch
@@ -90,29 +115,45 @@ def _cmd_train(args: argparse.Namespace, bindings: list[str]) -> int:
             f"[t5x-launch] demo: training a tiny model on a built-in task into {macro_value('MODEL_DIR')}",
             flush=True,
         )
-    result = _run_configured(t5x.launch.train, "MODEL_DIR")
+    try:
+        result = _run_configured(t5x.launch.train, "MODEL_DIR")
+    except Preempted as stopped:
+        import jax
+
+        if stopped.step is not None and jax.process_index() == 0:
+            write_config_gin(pathlib.Path(str(macro_value("MODEL_DIR"))))
+        raise
     print(f"[t5x-launch] finished at step {result.step}; model folder: {result.model_dir}", flush=True)
     return 0
 
 
 def _cmd_eval(args: argparse.Namespace, bindings: list[str]) -> int:
     import t5x.launch
+    from t5x.launch._preemption import run_stoppable
 
-    parse_gin(_gin_args(args, bindings))
-    results = _run_configured(t5x.launch.evaluate, "EVAL_OUTPUT_DIR")
-    for result in results:
-        for report in result.inference:
-            print(f"step {result.step} {report.task}: {report.metrics}")
-    return 0
+    def run() -> int:
+        parse_gin(_gin_args(args, bindings))
+        results = _run_configured(t5x.launch.evaluate, "EVAL_OUTPUT_DIR")
+        for result in results:
+            for report in result.inference:
+                print(f"step {result.step} {report.task}: {report.metrics}")
+        return 0
+
+    # A signal stops the whole evaluation (every checkpoint's), with exit code 143 / 130.
+    return run_stoppable(run, hint="run the same command to evaluate again")
 
 
 def _cmd_infer(args: argparse.Namespace, bindings: list[str]) -> int:
     import t5x.launch
+    from t5x.launch._preemption import run_stoppable
 
-    parse_gin(_gin_args(args, bindings))
-    path = _run_configured(t5x.launch.infer, "INFER_OUTPUT_DIR")
-    print(f"[t5x-launch] wrote {path}")
-    return 0
+    def run() -> int:
+        parse_gin(_gin_args(args, bindings))
+        path = _run_configured(t5x.launch.infer, "INFER_OUTPUT_DIR")
+        print(f"[t5x-launch] wrote {path}")
+        return 0
+
+    return run_stoppable(run, hint="run the same command to resume (written chunks are kept)")
 
 
 def _cmd_inspect_task(args: argparse.Namespace, _: list[str]) -> int:
@@ -160,15 +201,15 @@ def _cmd_convert(args: argparse.Namespace, bindings: list[str]) -> int:
             vocabulary=args.vocabulary,
             extra_ids=args.extra_ids,
             gin_files=tuple(args.gin_file),
-            gin_bindings=(*args.gin_bindings, *bindings),
+            gin_bindings=(*_flagged(args.gin_bindings), *bindings),
             verify=args.verify,
             tolerance=args.tolerance,
         )
         converted, written = convert(source, target, options)
     except (ConvertError, FileNotFoundError, ImportError, KeyError, RuntimeError, ValueError) as error:
+        # Every failure to read, map or write a checkpoint is the user's to fix (exit code 2).
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        print(f"t5x-launch convert: error: {message}", file=sys.stderr)
-        return 2
+        raise UserError(f"error: {message}") from error
     for note in converted.notes:
         print(f"[t5x-launch] note: {note}")
     for path in written:
@@ -180,6 +221,28 @@ def _cmd_convert(args: argparse.Namespace, bindings: list[str]) -> int:
         if diff > args.tolerance:
             return 1
     return 0
+
+
+def _cmd_verify(args: argparse.Namespace, _: list[str]) -> int:
+    """Checks checkpoints against their checksums: 0 when sound, 1 on damage."""
+    from t5x.checkpointing import Checkpointer, CheckpointIntegrityError, verify_checkpoint
+
+    steps = Checkpointer(args.path, async_save=False).all_steps() if args.all_steps else [args.step]
+    if args.all_steps and not steps:
+        raise FileNotFoundError(f"no complete checkpoint in {args.path}")
+    damaged = unverified = 0
+    for step in steps:
+        try:
+            report = verify_checkpoint(args.path, step)
+        except CheckpointIntegrityError as error:
+            print(f"DAMAGED: {error}", flush=True)
+            damaged += 1
+            continue
+        print(report, flush=True)
+        unverified += not report.fully_verified
+    if unverified and args.require_checksums:
+        print(f"{unverified} checkpoint(s) without checksums (--require_checksums)", file=sys.stderr)
+    return 1 if damaged or (unverified and args.require_checksums) else 0
 
 
 def _cmd_local(args: argparse.Namespace, _: list[str]) -> int:
@@ -197,27 +260,35 @@ def _cmd_tpu(args: argparse.Namespace, _: list[str]) -> int:
 
 
 def _cmd_arch_objective_study(args: argparse.Namespace, bindings: list[str]) -> int:
+    from t5x.launch._preemption import run_stoppable
     from t5x.launch._study import run_study
 
     model_dir = args.model_dir or str(
         pathlib.Path.cwd() / f"t5x-study-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     )
-    result = run_study(
-        model_dir,
-        steps=args.steps,
-        architectures=args.architectures.split(","),
-        objectives=args.objectives.split(","),
-        zero_shot=not args.no_zero_shot,
-        zero_shot_tasks=args.zero_shot_tasks.split(",") if args.zero_shot_tasks else None,
-        plot=not args.no_plot,
-        bindings=bindings,
-        log=lambda line: print(line, flush=True),
-    )
-    print(result.format_table())
-    if result.plot_path:
-        print(f"[t5x-launch] loss curves: {result.plot_path}")
-    print(f"[t5x-launch] study folder: {model_dir}", flush=True)
-    return 0
+
+    def run() -> int:
+        result = run_study(
+            model_dir,
+            steps=args.steps,
+            architectures=args.architectures.split(","),
+            objectives=args.objectives.split(","),
+            zero_shot=not args.no_zero_shot,
+            zero_shot_tasks=args.zero_shot_tasks.split(",") if args.zero_shot_tasks else None,
+            plot=not args.no_plot,
+            bindings=bindings,
+            log=lambda line: print(line, flush=True),
+        )
+        print(result.format_table())
+        if result.plot_path:
+            print(f"[t5x-launch] loss curves: {result.plot_path}")
+        print(f"[t5x-launch] study folder: {model_dir}", flush=True)
+        return 0
+
+    # A signal stops the whole study (no further combination starts), with exit code 143 / 130;
+    # finished combinations are not trained again when it is resumed in the same folder.
+    resume = "run the same command" + ("" if args.model_dir else f" with --model_dir={model_dir}")
+    return run_stoppable(run, hint=f"{resume} to resume")
 
 
 def _model_and_params(args: argparse.Namespace, bindings: list[str]) -> tuple[Any, Any]:
@@ -236,7 +307,7 @@ def _model_and_params(args: argparse.Namespace, bindings: list[str]) -> tuple[An
             )
         files = [str(found)]
     paths = [p for entry in args.gin_search_paths for p in entry.split(",") if p]
-    model = model_from_gin(files, [*args.gin_bindings, *bindings], paths)
+    model = model_from_gin(files, [*_flagged(args.gin_bindings), *bindings], paths)
     return model, load_checkpoint_params(model, args.checkpoint, step=args.step)
 
 
@@ -263,7 +334,8 @@ def _cmd_lm_eval(args: argparse.Namespace, bindings: list[str]) -> int:
 
     if importlib.util.find_spec("lm_eval") is None:
         print(
-            "t5x-launch lm-eval: lm-eval is not installed; pip install 't5x-launch[lm-eval]'", file=sys.stderr
+            "t5x-launch lm-eval: lm-eval is not installed; pip install --find-links dist 't5x-launch[lm-eval]' (in the t5x checkout after `python3 -m nox -s wheels`; see docs/installing.md)",
+            file=sys.stderr,
         )
         return 2
     from t5x.launch._lm_eval import T5xLM, run_lm_eval
@@ -294,6 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train, evaluate and serve T5-style models. `t5x-launch train` with no gin file runs the built-in demo.",
         epilog=_GIN_HELP,
     )
+    verbose_help = "on an expected error (bad flag, config, path or data) also print the traceback"
+    parser.add_argument("--verbose", action="store_true", help=verbose_help)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(
@@ -305,6 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler)
         if gin_flags:
             _add_gin_flags(sub)
+        # Also accepted after the command (a launcher's job, after --, takes its own).
+        sub.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=verbose_help)
         return sub
 
     command("train", _cmd_train, "pretrain or fine-tune (no gin file: the built-in demo)")
@@ -370,6 +446,25 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=1e-3,
         help="largest logit difference --verify accepts (exit code 1 above)",
+    )
+
+    verify = command(
+        "verify",
+        _cmd_verify,
+        "check a checkpoint's files against their checksums without loading a model (exit 1 if damaged)",
+        gin_flags=False,
+    )
+    verify.add_argument(
+        "path", help="a model folder (its latest step), a checkpoint_<step> folder or its index"
+    )
+    verify.add_argument("--step", type=int, default=None, help="the step of a model folder to check")
+    verify.add_argument(
+        "--all_steps", action="store_true", help="check every complete step of a model folder"
+    )
+    verify.add_argument(
+        "--require_checksums",
+        action="store_true",
+        help="exit 1 for a checkpoint without checksums (upstream's, or ours before checksums)",
     )
 
     local = command(
@@ -455,7 +550,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         restart_with_malloc_defaults()
     argv = list(sys.argv[1:] if argv is None else argv)
     add_xla_defaults(os.environ)
-    launcher = bool(argv) and argv[0] in ("local", "tpu", "cache-tasks")
+    command_at = next((i for i, arg in enumerate(argv) if not arg.startswith("-")), len(argv))
+    launcher = command_at < len(argv) and argv[command_at] in ("local", "tpu", "cache-tasks")
     rest, bindings = (argv, []) if launcher else split_gin_flags(argv)
     parser = build_parser()
     args = parser.parse_args(rest)
@@ -465,6 +561,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             setattr(args, name, rest_args[1:])
     try:
         return args.handler(args, bindings)
-    except GinConfigError as error:
-        print(f"t5x-launch {args.command}: gin configuration error:\n{error}", file=sys.stderr)
+    except Exception as error:
+        # Expected mistakes (see t5x.launch.UserError) get one message and exit code 2; bugs keep
+        # their traceback (exit code 1).
+        if not is_user_error(error):
+            raise
+        if args.verbose:
+            traceback.print_exc()
+        print(f"t5x-launch {args.command}: {user_error_message(error)}", file=sys.stderr, flush=True)
         return 2

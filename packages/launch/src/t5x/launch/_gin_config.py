@@ -7,12 +7,21 @@ import difflib
 import importlib
 import importlib.util  # gin's resource reader uses it without importing it
 import inspect
+import io
 import logging
+import os
 import pathlib
 import re
-from collections.abc import Iterable, Sequence
+import tokenize
+import types
+import typing
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from typing import Any
 
 import gin
+from gin import config_parser
+
+from t5x.launch._errors import UserError
 
 CONFIGS_DIR = pathlib.Path(__file__).parent / "configs"
 _UNKNOWN_CONFIGURABLE = re.compile(r"No configurable matching '([^']+)'")
@@ -23,8 +32,25 @@ _MISSING_ATTRIBUTE = re.compile(
 )
 
 
-class GinConfigError(ValueError):
+class GinConfigError(UserError, ValueError):
     """A gin file or binding is wrong; the message names it and the closest known names."""
+
+
+class GinBinding(str):
+    """A binding ``"NAME = VALUE"`` that remembers the command-line flag it came from."""
+
+    flag: str
+
+    def __new__(cls, binding: str, flag: str) -> GinBinding:
+        self = super().__new__(cls, binding)
+        self.flag = flag
+        return self
+
+
+def describe_binding(binding: str) -> str:
+    """The flag a binding came from (``--gin.NAME=VALUE``), else the binding quoted."""
+    flag = getattr(binding, "flag", None)
+    return flag if flag else f"the binding {str(binding)!r}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +60,9 @@ class GinArgs:
     files: tuple[str, ...] = ()
     bindings: tuple[str, ...] = ()
     search_paths: tuple[str, ...] = ()
+    # Macros the command reads itself (e.g. its output folder), which a binding may set although
+    # no config refers to them.
+    read_macros: tuple[str, ...] = ()
 
 
 def split_gin_flags(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -44,11 +73,12 @@ def split_gin_flags(argv: Sequence[str]) -> tuple[list[str], list[str]]:
       that is not a gin literal or reference (e.g. a bare path) is quoted, so
       ``--gin.MODEL_DIR=/tmp/run`` works as well as ``--gin.MODEL_DIR=\\"/tmp/run\\"``.
     """
-    rest, bindings = [], []
+    rest: list[str] = []
+    bindings: list[str] = []
     for arg in argv:
         if arg.startswith("--gin.") and "=" in arg:
             name, value = arg[len("--gin.") :].split("=", 1)
-            bindings.append(f"{name} = {_as_gin_value(value)}")
+            bindings.append(GinBinding(f"{name} = {_as_gin_value(value)}", arg))
         else:
             rest.append(arg)
     return rest, bindings
@@ -59,8 +89,9 @@ def _as_gin_value(value: str) -> str:
         return value
     try:
         gin.config.parse_value(value)
-    except (ValueError, SyntaxError):
-        return repr(value)
+    except (ValueError, SyntaxError, tokenize.TokenError):
+        # A broken literal (an unclosed bracket or quote) is left for gin to report, not made a string.
+        return value if value.lstrip().startswith(("{", "[", "(", "'", '"')) else repr(value)
     return value
 
 
@@ -137,16 +168,26 @@ def _explain(error: Exception) -> str:
     return f"{message}\n{hint}".strip()
 
 
-def parse_gin(args: GinArgs, *, default_files: Sequence[str] = ()) -> None:
-    """Parses gin files then bindings, with the shipped configs searchable.
+def parse_gin(
+    args: GinArgs, *, default_files: Sequence[str] = (), read_macros: Collection[str] = ("MODEL",)
+) -> None:
+    """Parses gin files then bindings, with the shipped configs searchable, and checks the result.
 
     Args:
       args: the gin flags; when ``args.files`` is empty ``default_files`` are used.
       default_files: files to parse when the user names none.
+      read_macros: macros the caller reads itself (``macro_value``), which a
+        binding may set although no config refers to them.
+
+    A macro set by a command-line binding (a :class:`GinBinding`, from
+    ``split_gin_flags``) must be referred to by some parsed config.
 
     Raises:
       GinConfigError: a file, binding or macro is wrong (names it, the file and
-        line, and the closest known names).
+        line, and the closest known names): a syntax error (quoting the line or
+        binding), an unknown configurable or parameter, a macro set by a binding
+        that no config refers to, or a value whose type differs from the
+        parameter's annotation (``int``, ``float``, ``str``, ``bool``, optional).
     """
     gin.clear_config()
     for path in (*args.search_paths, str(CONFIGS_DIR), "."):
@@ -157,11 +198,294 @@ def parse_gin(args: GinArgs, *, default_files: Sequence[str] = ()) -> None:
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
     try:
-        gin.parse_config_files_and_bindings(files, list(args.bindings), finalize_config=False)
+        for path in files:
+            try:
+                gin.parse_config_file(path)
+            except tokenize.TokenError as error:
+                raise GinConfigError(_explain_token_error_in_file(path, error)) from None
+            except SyntaxError as error:
+                raise GinConfigError(_explain_syntax_error(error, error.filename or path)) from None
+        # One binding at a time, so that an error names the flag it came from.
+        for binding in args.bindings:
+            try:
+                gin.parse_config(str(binding))
+            except (SyntaxError, tokenize.TokenError) as error:
+                raise GinConfigError(
+                    _explain_syntax_error(error, describe_binding(binding), binding)
+                ) from None
+            except (ValueError, KeyError, AttributeError, NameError) as error:
+                raise GinConfigError(f"in {describe_binding(binding)}: {_explain(error)}") from None
     except (ValueError, KeyError, OSError, SyntaxError, AttributeError, NameError) as error:
+        if isinstance(error, GinConfigError):
+            raise
         raise GinConfigError(_explain(error)) from None
     finally:
         quiet.setLevel(level)
+    check_command_line_macros(args.bindings, (*read_macros, *args.read_macros))
+    check_value_types(args.bindings)
+
+
+def _explain_syntax_error(error: Exception, where: str, binding: str | None = None) -> str:
+    """``where: gin syntax error: what`` and the offending line."""
+    if isinstance(error, tokenize.TokenError):
+        what = str(error.args[0]) if error.args else "cannot split into tokens"
+        line_number = error.args[1][0] if len(error.args) > 1 else 1
+        text = None
+    else:
+        what = str(error.msg) if isinstance(error, SyntaxError) else str(error)
+        line_number = getattr(error, "lineno", None) or 1
+        text = getattr(error, "text", None)
+    if binding is not None:
+        lines = str(binding).splitlines() or [""]
+        if text is None or len(lines) == 1:
+            text = lines[min(max(line_number, 1), len(lines)) - 1]
+        if what.startswith("unexpected EOF"):
+            what += " (a bracket or quote left open?)"
+        quoted = f"\n    {text.rstrip()}" if text and text.strip() not in where else ""
+        return f"gin syntax error in {where}: {what}{quoted}"
+    location = f"{where}:{line_number}"
+    what = what.split("\n")[0]
+    return f"{location}: gin syntax error: {what}" + (f"\n    {text.rstrip()}" if text else "")
+
+
+def _resolve_gin_file(path: str) -> str | None:
+    prefixes = [""] if os.path.isabs(path) else list(gin.config._LOCATION_PREFIXES)
+    for prefix in prefixes:
+        candidate = os.path.join(prefix, path)
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def _untokenizable(path: str, seen: set[str]) -> tuple[str, int, str, str] | None:
+    """The file (this one or one it includes) Python's tokenizer rejects: path, line, text, why."""
+    resolved = _resolve_gin_file(path)
+    if resolved is None or resolved in seen:
+        return None
+    seen.add(resolved)
+    text = pathlib.Path(resolved).read_text(encoding="utf-8", errors="replace")
+    try:
+        for _ in tokenize.generate_tokens(io.StringIO(text).readline):
+            pass
+    except tokenize.TokenError as error:
+        line = error.args[1][0] if len(error.args) > 1 else 1
+        lines = text.splitlines()
+        return resolved, line, lines[line - 1] if 0 < line <= len(lines) else "", str(error.args[0])
+    for included in re.findall(r"^\s*include\s+['\"]([^'\"]+)['\"]", text, flags=re.M):
+        found = _untokenizable(included, seen)
+        if found is not None:
+            return found
+    return None
+
+
+def _explain_token_error_in_file(path: str, error: tokenize.TokenError) -> str:
+    found = _untokenizable(path, set())
+    if found is None:
+        return f"{path}: gin syntax error: {error.args[0] if error.args else error}"
+    where, line, text, what = found
+    if what.startswith("unexpected EOF"):
+        what += " (a bracket or quote left open before the end of the file?)"
+        return f"{where}: gin syntax error: {what}"
+    return f"{where}:{line}: gin syntax error: {what}" + (f"\n    {text.rstrip()}" if text.strip() else "")
+
+
+# ---- command-line macros no config refers to --------------------------------------------------
+
+
+def _statements(binding: str) -> Iterator[config_parser.BindingStatement]:
+    """The binding statements of an already-parsed binding string."""
+    parser = config_parser.ConfigParser(str(binding), gin.config.ParserDelegate(skip_unknown=True))
+    for statement in parser:
+        if isinstance(statement, config_parser.BindingStatement):
+            yield statement
+
+
+def _macro_name(reference: Any) -> str | None:
+    """``NAME`` for a reference ``%NAME`` (None for other references)."""
+    if (
+        isinstance(reference, gin.config.ConfigurableReference)
+        and reference.configurable.wrapped is gin.config.macro
+    ):
+        return reference.scoped_selector.rsplit("/", 1)[0]
+    return None
+
+
+def referenced_macros() -> set[str]:
+    """Macros some parsed config refers to (``%NAME``), wherever the reference was parsed."""
+    names = set()
+    for reference in gin.config.iterate_references(gin.config._CONFIG):
+        name = _macro_name(reference)
+        if name is not None:
+            names.add(name)
+    return names
+
+
+def defined_macros() -> set[str]:
+    """Macros the parsed configs set (``NAME = VALUE``)."""
+    return {scope for scope, selector in gin.config._CONFIG if selector == "gin.macro"}
+
+
+def check_command_line_macros(bindings: Sequence[str], read_macros: Collection[str] = ()) -> None:
+    """Refuses a macro set on the command line that no parsed config refers to.
+
+    Such a macro would change nothing (most often it is misspelt). Only
+    bindings that came from a flag (:class:`GinBinding`, as made by
+    ``split_gin_flags``) are checked. Call after parsing every file and binding.
+
+    Raises:
+      GinConfigError: naming each such macro, its flag and the closest known macros.
+    """
+    set_by: dict[str, str] = {}
+    for binding in bindings:
+        if not getattr(binding, "flag", None):
+            continue  # a program's own binding, not the user's
+        for statement in _statements(binding):
+            if not statement.arg_name:
+                name = f"{statement.scope}/{statement.selector}" if statement.scope else statement.selector
+                set_by[name] = describe_binding(binding)
+    if not set_by:
+        return
+    used = referenced_macros() | set(read_macros)
+    unknown = [name for name in set_by if name not in used]
+    if not unknown:
+        return
+    known = sorted((used | defined_macros()) - set(unknown))
+    lines = []
+    for name in unknown:
+        close = _closest(name, known)
+        hint = f"Closest: {', '.join(close)}" if close else "No similar macro is known"
+        lines.append(f"unknown gin macro {name} (set by {set_by[name]}): no config refers to it. {hint}")
+    raise GinConfigError("\n".join(lines))
+
+
+# ---- bound values against the parameters' annotated types ----------------------------------------
+
+_SIMPLE_NAMES: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool, "None": type(None)}
+
+
+def simple_types(annotation: Any) -> tuple[type, ...] | None:
+    """The types of an annotation made only of int, float, str, bool and None; else None.
+
+    Takes annotations as objects or as strings (``from __future__ import annotations``).
+    """
+    if annotation is inspect.Parameter.empty:
+        return None
+    if isinstance(annotation, str):
+        text = annotation.replace(" ", "").replace("typing.", "")
+        if match := re.fullmatch(r"Optional\[(.+)\]", text):
+            parts = [*match.group(1).split("|"), "None"]
+        elif match := re.fullmatch(r"Union\[(.+)\]", text):
+            parts = match.group(1).split(",")
+        else:
+            parts = text.split("|")
+        if not parts or any(p not in _SIMPLE_NAMES for p in parts):
+            return None
+        return tuple(_SIMPLE_NAMES[p] for p in parts)
+    if annotation is None:
+        return (type(None),)
+    if annotation in (int, float, str, bool):
+        return (annotation,)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = typing.get_args(annotation)
+        if all(m in (int, float, str, bool, type(None)) for m in members):
+            return tuple(members)
+    return None
+
+
+def _fits(value: Any, allowed: tuple[type, ...]) -> bool:
+    if value is None:
+        return type(None) in allowed
+    if isinstance(value, bool):
+        return bool in allowed
+    if isinstance(value, int):
+        return int in allowed or float in allowed
+    if isinstance(value, float):
+        return float in allowed
+    if isinstance(value, str):
+        return str in allowed
+    return False
+
+
+def _type_names(allowed: tuple[type, ...]) -> str:
+    names = [t.__name__ for t in allowed if t is not type(None)]
+    optional = " or None" if type(None) in allowed else ""
+    return " or ".join(names) + optional
+
+
+_UNRESOLVED = object()
+
+
+def _literal_value(value: Any, chain: list[str]) -> Any:
+    """A bound value with macros followed to their literal (``_UNRESOLVED`` for other references)."""
+    seen = set()
+    while (name := _macro_name(value)) is not None:
+        if name in seen:
+            return _UNRESOLVED
+        seen.add(name)
+        chain.append(name)
+        value = gin.config._CONFIG.get((name, "gin.macro"), {}).get("value", _UNRESOLVED)
+    if isinstance(value, gin.config.ConfigurableReference):
+        return _UNRESOLVED
+    return value
+
+
+def check_value_types(bindings: Sequence[str] = ()) -> None:
+    """Checks each bound literal against the annotation of its parameter, where that is a simple type.
+
+    Values bound through macros are followed to the macro's value; references
+    to configurables (``@name()``) and ``%gin.REQUIRED`` are not checked.
+
+    Raises:
+      GinConfigError: naming the parameter, the expected type, the value, and
+        the macro and flag it came from.
+    """
+    flag_of: dict[tuple[str, str, str], str] = {}
+    macro_flag: dict[str, str] = {}
+    for binding in bindings:
+        for statement in _statements(binding):
+            if not statement.arg_name:
+                name = f"{statement.scope}/{statement.selector}" if statement.scope else statement.selector
+                macro_flag[name] = describe_binding(binding)
+                continue
+            try:
+                match = gin.config._REGISTRY.get_match(statement.selector)
+            except (ValueError, KeyError):
+                match = None
+            if match is not None:
+                flag_of[(statement.scope, match.selector, statement.arg_name)] = describe_binding(binding)
+    problems = []
+    for (scope, selector), params in list(gin.config._CONFIG.items()):
+        if selector in ("gin.macro", "gin.constant"):
+            continue
+        configurable = gin.config._REGISTRY.get_match(selector)
+        if configurable is None:
+            continue
+        try:
+            signature = inspect.signature(configurable.wrapped)
+        except (TypeError, ValueError):
+            continue
+        for param, bound in params.items():
+            parameter = signature.parameters.get(param)
+            allowed = simple_types(parameter.annotation) if parameter is not None else None
+            if allowed is None:
+                continue
+            chain: list[str] = []
+            value = _literal_value(bound, chain)
+            if value is _UNRESOLVED or _fits(value, allowed):
+                continue
+            shown = selector.removeprefix("t5x.")  # as gin files name it: launch.train, models.T5Config
+            key = f"{scope}/{shown}.{param}" if scope else f"{shown}.{param}"
+            origin = ""
+            if chain:
+                flag = next((macro_flag[m] for m in reversed(chain) if m in macro_flag), None)
+                origin = f" (from the macro {chain[-1]}" + (f", set by {flag})" if flag else ")")
+            elif (scope, selector, param) in flag_of:
+                origin = f" (set by {flag_of[(scope, selector, param)]})"
+            problems.append(
+                f"{key} expects {_type_names(allowed)}, got {value!r} ({type(value).__name__}){origin}"
+            )
+    if problems:
+        raise GinConfigError("wrong value type:\n" + "\n".join(f"  {p}" for p in problems))
 
 
 def explain_gin_error(error: Exception) -> GinConfigError:

@@ -6,15 +6,19 @@ against their contracts, and runs a loop from ``t5x.training``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import pathlib
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from t5x.launch._assembly import check_components, check_vocabularies, feature_converter_for, get_provider
 from t5x.launch._configs import CheckpointConfig, DatasetConfig
 from t5x.launch._inference import InferenceReport, inference_metrics
+from t5x.launch._model_dir_lock import LOCK_NAME, ModelDirInUseError, ModelDirLock, acquire_model_dir_lock
+from t5x.launch._preemption import Preempted
+from t5x.launch._run_folder import new_model_dir, undo_early_failure
 
 
 @dataclasses.dataclass
@@ -113,6 +117,42 @@ def _write_model_info(directory: pathlib.Path, initialized: Any) -> None:
             write_model_info(str(path), initialized.state.state_dict(), {"target": axes}, {"target": specs})
         except OSError as error:
             raise OSError(error.errno, f"cannot write {path}: {error.strerror}") from None
+
+
+@contextlib.contextmanager
+def _model_dir_lock(directory: pathlib.Path) -> Iterator[ModelDirLock | None]:
+    """Holds the model folder's trainer lock on process 0 (None elsewhere) while inside.
+
+    When process 0 cannot take it, every process raises, so that none of them
+    trains alone.
+    """
+    import jax
+
+    lock: ModelDirLock | None = None
+    failure: BaseException | None = None
+    if jax.process_index() == 0:
+        try:
+            lock = acquire_model_dir_lock(directory)
+        except Exception as error:  # told to the other processes before it is raised
+            failure = error
+    if jax.process_count() > 1:
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        locked = bool(multihost_utils.broadcast_one_to_all(np.int32(failure is None)))
+        if not locked and failure is None:
+            failure = ModelDirInUseError(
+                f"process 0 could not take the lock of the model folder {directory} (see its output)",
+                directory / LOCK_NAME,
+                {},
+            )
+    if failure is not None:
+        raise failure
+    try:
+        yield lock
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def load_initial_params(trainer: Any, path: str, *, keep_step: bool = False) -> int:
@@ -214,8 +254,17 @@ def train(
       log_period: steps between metric writes.
       show_predictions: print this many predictions next to their targets.
 
+    Only one trainer writes into a model folder: this one holds the lock file
+    ``train.lock`` there while it runs (see ``t5x.launch._model_dir_lock``) and
+    then removes the temporary folders of saves that crashed trainers left.
+
     Returns:
       A JobResult.
+
+    Raises:
+      ModelDirInUseError: another live trainer holds the model folder's lock.
+      Preempted: a SIGTERM or SIGINT stopped training after the current step;
+        its checkpoint is saved (``Preempted.step``), so the same call resumes.
     """
     import t5x.training
     from t5x.checkpointing import Checkpointer
@@ -224,82 +273,94 @@ def train(
     optimizer = _default_optimizer(optimizer)
     checkpoint_cfg = checkpoint_cfg or CheckpointConfig()
     directory = pathlib.Path(model_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    _, converter, train_iter = _iterator(model, train_dataset_cfg, partitioner, random_seed, train=True)
-    checkpointer = Checkpointer(
-        directory,
-        keep=checkpoint_cfg.keep,
-        keep_every=checkpoint_cfg.keep_every,
-        save_dtype=checkpoint_cfg.dtype,
-    )
-    check_components(
-        model=model,
-        partitioner=partitioner,
-        checkpointer=checkpointer,
-        feature_converter=converter,
-        train_iterator=train_iter,
-    )
-
-    initialized = t5x.training.init_train_state(
-        model, optimizer, partitioner, _input_shapes(converter, train_dataset_cfg), seed=random_seed
-    )
-    _write_model_info(directory, initialized)
-    trainer = t5x.training.Trainer(
-        model,
-        partitioner,
-        initialized.state,
-        initialized.shardings,
-        learning_rate_fn=learning_rate_fn,
-        num_microbatches=num_microbatches,
-        seed=random_seed,
-        peak_flops=None,
-    )
-    if checkpoint_cfg.initial_checkpoint_path and checkpointer.latest_step() is None:
-        load_initial_params(
-            trainer, checkpoint_cfg.initial_checkpoint_path, keep_step=checkpoint_cfg.keep_initial_step
+    # A run failing before its first checkpoint removes what it wrote and the folders it made.
+    with (
+        new_model_dir(directory),
+        _model_dir_lock(directory) as lock,
+        undo_early_failure(directory, held=lock is not None, keep=(LOCK_NAME,)),
+    ):
+        _, converter, train_iter = _iterator(model, train_dataset_cfg, partitioner, random_seed, train=True)
+        checkpointer = Checkpointer(
+            directory,
+            keep=checkpoint_cfg.keep,
+            keep_every=checkpoint_cfg.keep_every,
+            save_dtype=checkpoint_cfg.dtype,
         )
-
-    eval_sources = {}
-    if train_eval_dataset_cfg is not None:
-        eval_cfg = train_eval_dataset_cfg
-
-        def eval_batches_fn() -> Any:
-            return _iterator(model, eval_cfg, partitioner, random_seed, train=False)[2]
-
-        eval_sources[eval_cfg.mixture_or_task_name] = eval_batches_fn
-    writer = _writers(directory, total_steps)
-    try:
-        result = t5x.training.train(
-            trainer,
-            train_iter,
-            total_steps=total_steps,
+        if lock is not None:
+            checkpointer.remove_abandoned_saves()  # only the lock's holder may
+        check_components(
+            model=model,
+            partitioner=partitioner,
             checkpointer=checkpointer,
-            checkpoint_period=checkpoint_cfg.period,
-            eval_sources=eval_sources or None,
-            eval_period=eval_period,
-            eval_batches=eval_batches,
-            metric_writer=writer,
-            log_period=log_period,
+            feature_converter=converter,
+            train_iterator=train_iter,
         )
-        checkpointer.wait_until_finished()
-        job = JobResult(
-            step=result.step, losses=result.losses, eval_metrics=result.eval_metrics, model_dir=str(directory)
+
+        initialized = t5x.training.init_train_state(
+            model, optimizer, partitioner, _input_shapes(converter, train_dataset_cfg), seed=random_seed
         )
-        if infer_eval_dataset_cfg is not None:
-            job.inference = inference_metrics(
-                model,
-                trainer.state.params,
-                partitioner,
-                infer_eval_dataset_cfg,
-                directory / "inference_eval",
-                step=result.step,
-                max_examples=max_inference_examples,
-                writer=writer,
+        _write_model_info(directory, initialized)
+        trainer = t5x.training.Trainer(
+            model,
+            partitioner,
+            initialized.state,
+            initialized.shardings,
+            learning_rate_fn=learning_rate_fn,
+            num_microbatches=num_microbatches,
+            seed=random_seed,
+            peak_flops=None,
+        )
+        if checkpoint_cfg.initial_checkpoint_path and checkpointer.latest_step() is None:
+            load_initial_params(
+                trainer, checkpoint_cfg.initial_checkpoint_path, keep_step=checkpoint_cfg.keep_initial_step
             )
-            _print_inference(job.inference, show_predictions)
-    finally:
-        checkpointer.close()
-        writer.close()
+
+        eval_sources = {}
+        if train_eval_dataset_cfg is not None:
+            eval_cfg = train_eval_dataset_cfg
+
+            def eval_batches_fn() -> Any:
+                return _iterator(model, eval_cfg, partitioner, random_seed, train=False)[2]
+
+            eval_sources[eval_cfg.mixture_or_task_name] = eval_batches_fn
+        writer = _writers(directory, total_steps)
+        try:
+            result = t5x.training.train(
+                trainer,
+                train_iter,
+                total_steps=total_steps,
+                checkpointer=checkpointer,
+                checkpoint_period=checkpoint_cfg.period,
+                eval_sources=eval_sources or None,
+                eval_period=eval_period,
+                eval_batches=eval_batches,
+                metric_writer=writer,
+                log_period=log_period,
+            )
+            checkpointer.wait_until_finished()
+            if result.signal is not None:
+                raise Preempted(result.signal, step=result.step)
+            job = JobResult(
+                step=result.step,
+                losses=result.losses,
+                eval_metrics=result.eval_metrics,
+                model_dir=str(directory),
+            )
+            if infer_eval_dataset_cfg is not None:
+                job.inference = inference_metrics(
+                    model,
+                    trainer.state.params,
+                    partitioner,
+                    infer_eval_dataset_cfg,
+                    directory / "inference_eval",
+                    step=result.step,
+                    max_examples=max_inference_examples,
+                    writer=writer,
+                )
+                _print_inference(job.inference, show_predictions)
+        finally:
+            checkpointer.close()
+            writer.close()
     return job
 
 

@@ -142,7 +142,9 @@ def plot_loss_curves(runs: Sequence[StudyRun], path: str | pathlib.Path) -> str:
         import matplotlib.pyplot as plt
     except ImportError as error:
         raise ImportError(
-            "the study's loss plot needs matplotlib: pip install 't5x-launch[study]' (or pass --no_plot)"
+            "the study's loss plot needs matplotlib: pip install --find-links dist 't5x-launch[study]' "
+            "(run in the t5x checkout after `python3 -m nox -s wheels`; see docs/installing.md), "
+            "or pass --no_plot"
         ) from error
     colours = dict(zip(ARCHITECTURES, ("tab:blue", "tab:orange", "tab:green"), strict=True))
     styles = dict(zip(OBJECTIVES, ("-", "--", ":"), strict=True))
@@ -237,6 +239,10 @@ def run_study(
     Raises:
       ValueError: an unknown architecture or objective, or ``steps < 1``.
       ImportError: ``plot`` without matplotlib (checked before training).
+      Preempted: a SIGTERM or SIGINT stopped a combination's training (after
+        saving its checkpoint); no further combination starts. Called again
+        with the same ``model_dir``, the study resumes: finished combinations
+        are not trained again.
     """
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
@@ -246,7 +252,9 @@ def run_study(
             import matplotlib  # noqa: F401  # fail before minutes of training, not after
         except ImportError as error:
             raise ImportError(
-                "the study's loss plot needs matplotlib: pip install 't5x-launch[study]' (or pass --no_plot)"
+                "the study's loss plot needs matplotlib: pip install --find-links dist 't5x-launch[study]' "
+                "(run in the t5x checkout after `python3 -m nox -s wheels`; see docs/installing.md), "
+                "or pass --no_plot"
             ) from error
     root = pathlib.Path(model_dir)
     root.mkdir(parents=True, exist_ok=True)

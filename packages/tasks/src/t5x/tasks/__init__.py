@@ -69,6 +69,7 @@ from t5x.tasks._registry import (
 )
 from t5x.tasks._sources import (
     DataSource,
+    DataSourceError,
     FileDataSource,
     FunctionDataSource,
     InMemoryDataSource,
@@ -111,6 +112,7 @@ __all__ = [
     "BatchIterator",
     "CacheDatasetPlaceholder",
     "DataSource",
+    "DataSourceError",
     "Feature",
     "FileDataSource",
     "FunctionDataSource",

@@ -37,14 +37,58 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parses ``argv`` (our flags + Beam pipeline options), builds and runs the pipeline; returns an exit code."""
     args, beam_args = build_parser().parse_known_args(argv)
     try:
-        import apache_beam as beam
-        from apache_beam.options.pipeline_options import PipelineOptions
+        import apache_beam  # noqa: F401
     except ImportError:
         print(
-            "t5x-tasks cache: needs Apache Beam; install it with `pip install 't5x-tasks[beam]'`",
+            "t5x-tasks cache: needs Apache Beam; install it with `pip install --find-links dist 't5x-tasks[beam]'` (in the t5x checkout after `python3 -m nox -s wheels`; see docs/installing.md)",
             file=sys.stderr,
         )
         return 2
+    before = _cache_entries(args.output_cache_dir)
+    try:
+        code = _run(args, beam_args)
+    except BaseException:
+        remove_empty_cache_dirs(args.output_cache_dir, before)
+        raise
+    if code != 0:
+        remove_empty_cache_dirs(args.output_cache_dir, before)
+    return code
+
+
+def _cache_entries(root: str) -> set[str] | None:
+    """The names in the cache root, or None when it does not exist yet."""
+    import tensorflow as tf
+
+    if not tf.io.gfile.isdir(root):
+        return None
+    return {name.rstrip("/") for name in tf.io.gfile.listdir(root)}
+
+
+def remove_empty_cache_dirs(root: str, before: set[str] | None) -> None:
+    """After a failed attempt: removes the task folders it left empty, and the root if it made it.
+
+    Args:
+      root: the cache root (``--output_cache_dir``).
+      before: the root's entries before the attempt (None: the root did not exist).
+    """
+    import tensorflow as tf
+
+    if not tf.io.gfile.isdir(root):
+        return
+    for name in _cache_entries(root) or set():
+        path = f"{root.rstrip('/')}/{name}"
+        if before is not None and name in before:
+            continue  # there before: not this attempt's
+        if tf.io.gfile.isdir(path) and not tf.io.gfile.listdir(path):
+            tf.io.gfile.rmtree(path)
+    if before is None and not tf.io.gfile.listdir(root):
+        tf.io.gfile.rmtree(root)
+
+
+def _run(args: argparse.Namespace, beam_args: list[str]) -> int:
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
     from t5x.tasks._beam_cache import add_cache_pipeline, import_modules
 
     import_modules(args.module_import)

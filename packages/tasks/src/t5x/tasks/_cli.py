@@ -52,7 +52,10 @@ def _format_value(value: Any, vocabulary: Any | None) -> list[str]:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    import tensorflow as tf
+
     from t5x.tasks._registry import get_mixture_or_task
+    from t5x.tasks._sources import data_source_error
 
     provider = get_mixture_or_task(args.task)
     ds = provider.get_dataset(
@@ -63,7 +66,16 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         num_epochs=1,
     )
     features = provider.output_features
-    for index, example in enumerate(ds.take(args.n).as_numpy_iterator()):
+    failure = None
+    try:
+        examples = list(ds.take(args.n).as_numpy_iterator())
+    except tf.errors.OpError as error:
+        failure = data_source_error(error, [(t.name, t.source, args.split) for t in provider.tasks])
+        if failure is None:
+            raise
+    if failure is not None:
+        raise failure  # outside the handler: TensorFlow's error holds the broken iterator
+    for index, example in enumerate(examples):
         print(f"--- example {index} ---")
         for key in sorted(example):
             feature = features.get(key)
@@ -111,8 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "list":
             return _cmd_list(args)
         return _cmd_inspect(args)
-    except (KeyError, ValueError) as e:
-        print(f"t5x-tasks: error: {e}", file=sys.stderr)
+    except (KeyError, ValueError, FileNotFoundError) as e:
+        print(f"t5x-tasks: error: {e.args[0] if isinstance(e, KeyError) and e.args else e}", file=sys.stderr)
         return 2
 
 

@@ -21,6 +21,7 @@ import tensorflow as tf
 from t5x.interfaces import ArraySpec, FeatureConverter, JSONValue, ShardInfo, check_contract
 from t5x.tasks._mixture import Mixture
 from t5x.tasks._registry import get_mixture_or_task
+from t5x.tasks._sources import data_source_error
 from t5x.tasks._task import Task
 from t5x.tasks._utils import AUTOTUNE, fold_seed
 
@@ -198,8 +199,14 @@ class BatchIterator:
                 self._dataset = self._build(self._block, self._offset)
             self._iterator = iter(self._dataset)
         fresh = self._block == 0 and self._offset == 0
+        failure = None
         try:
             batch = next(self._iterator)
+        except tf.errors.OpError as error:
+            sources = [(t.name, t.source, self._split) for t in self._tasks]
+            failure = data_source_error(error, sources)
+            if failure is None:
+                raise
         except StopIteration:
             if fresh:
                 raise ValueError(
@@ -207,6 +214,11 @@ class BatchIterator:
                     f"{self._shard.num_shards} yields no examples"
                 ) from None
             raise
+        if failure is not None:
+            # Raised outside the handler so that nothing keeps TensorFlow's error, whose traceback
+            # holds the broken iterator (its threads must stop now, not at interpreter exit).
+            self._iterator = None
+            raise failure
         blocks = batch.pop(_BLOCK_KEY).numpy()
         indices = batch.pop(_INDEX_KEY).numpy()
         self._block, self._offset = int(blocks[-1]), int(indices[-1]) + 1

@@ -3,17 +3,84 @@
 from __future__ import annotations
 
 import abc
+import base64
 import inspect
 import json
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from t5x.interfaces import ShardInfo
 from t5x.tasks._shard import shard_examples, shard_files
 
 AUTOTUNE = tf.data.AUTOTUNE
+# A record error found inside the tf.data graph travels to Python in an assertion message; the
+# message is base64 between these marks so that TensorFlow's escaping cannot garble it.
+_ERROR_MARK = re.compile(r"<<t5x-data-error:([A-Za-z0-9_=-]*)>>")
+# When TensorFlow reports corrupt records, the files of a source are read one by one to find the
+# bad one, as long as there is at most this much to read.
+_LOCATE_BUDGET_BYTES = 256 << 20
+
+
+class DataSourceError(ValueError):
+    """A source's data cannot be read: the message names the file (and line or record where known)."""
+
+
+def _encode_record_error(message: str) -> str:
+    return f"<<t5x-data-error:{base64.urlsafe_b64encode(message.encode()).decode()}>>"
+
+
+def _op_error_text(error: tf.errors.OpError) -> str:
+    """TensorFlow's message without its function-node prefix and op suffix."""
+    text = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", error.message)
+    text = re.sub(r"\s*\[Op:\w+\].*$", "", text, flags=re.S)
+    text = re.sub(r"\s*\[\[\{\{node [^}]*\}\}\]\].*$", "", text, flags=re.S)
+    return text.strip()
+
+
+def data_source_error(
+    error: tf.errors.OpError, sources: Iterable[tuple[str, DataSource, str]]
+) -> DataSourceError | None:
+    """Turns an error TensorFlow raised while iterating data into a :class:`DataSourceError`.
+
+    Args:
+      error: what iterating a dataset raised.
+      sources: ``(task name, source, split)`` of every source the dataset reads.
+
+    Returns:
+      A DataSourceError naming the file (a bad record of a JSON Lines file with its
+      line; corrupt or truncated TFRecord or compressed data with the file, or the
+      files it is in), or None when ``error`` is not about the data's files.
+    """
+    if match := _ERROR_MARK.search(error.message):
+        return DataSourceError(base64.urlsafe_b64decode(match.group(1)).decode(errors="replace"))
+    if not isinstance(error, tf.errors.DataLossError):
+        return None
+    reason = _op_error_text(error)
+    candidates: list[str] = []
+    for task, source, split in sources:
+        if not isinstance(source, FileDataSource):
+            continue
+        try:
+            files = source.list_shards(split)
+        except (ValueError, FileNotFoundError):
+            continue
+        bad = source.find_unreadable_file(split)
+        if bad is not None:
+            path, detail = bad
+            return DataSourceError(
+                f"{path}: corrupt or truncated data ({detail}); the file belongs to split {split!r} of "
+                f"{task!r}: replace or remove it"
+            )
+        candidates.extend(files)
+    if not candidates:
+        return DataSourceError(f"corrupt or truncated data: {reason}")
+    shown = ", ".join(candidates[:5]) + (f" and {len(candidates) - 5} more" if len(candidates) > 5 else "")
+    where = candidates[0] if len(candidates) == 1 else f"one of {len(candidates)} files ({shown})"
+    return DataSourceError(f"{where}: corrupt or truncated data ({reason})")
 
 
 class DataSource(abc.ABC):
@@ -138,6 +205,29 @@ class FileDataSource(DataSource):
         )
         return shard_examples(ds, shard_info if by_example else None)
 
+    def find_unreadable_file(self, split: str) -> tuple[str, str] | None:
+        """The first file of ``split`` TensorFlow cannot read to the end, and why.
+
+        Reads every file of the split in order, so it gives up (None) when the
+        split holds more than a few hundred MiB; also None when every file reads.
+        """
+        files = self.list_shards(split)
+        try:
+            total = sum(tf.io.gfile.stat(f).length for f in files)
+        except tf.errors.OpError:
+            return None
+        if total > _LOCATE_BUDGET_BYTES:
+            return None
+        for path in files:
+            try:
+                for _ in self._read_file_fn(tf.constant(path)):
+                    pass
+            except tf.errors.DataLossError as error:
+                return path, _op_error_text(error)
+            except tf.errors.OpError:
+                continue
+        return None
+
 
 class TextLineDataSource(FileDataSource):
     """Lines of text files, as examples ``{text_key: line}``.
@@ -235,37 +325,106 @@ class JsonLinesDataSource(FileDataSource):
 
     @property
     def fields(self) -> dict[str, tf.TensorSpec]:
-        """The feature specs of each example."""
+        """The feature specs of each example.
+
+        Raises:
+          DataSourceError: the first line of the first file is not a JSON object
+            of supported values (names the file).
+        """
         if self._fields is None:
             first = self.list_shards(self.splits[0])[0]
-            with tf.io.gfile.GFile(first) as f:
+            with tf.io.gfile.GFile(first, "rb") as f:
                 line = f.readline()
             if not line.strip():
-                raise ValueError(
+                raise DataSourceError(
                     f"JsonLinesDataSource: cannot infer fields, {first!r} starts with an empty line"
                 )
-            self._fields = {k: _json_field_spec(k, v) for k, v in json.loads(line).items()}
+            try:
+                obj = _json_object(line)
+                self._fields = {k: _json_field_spec(k, v) for k, v in obj.items()}
+            except ValueError as error:
+                raise DataSourceError(f"{first}:1: {error} (the first line gives the fields)") from None
         return self._fields
 
     def _read(self, path: tf.Tensor) -> tf.data.Dataset:
         fields = self.fields
         names = list(fields)
+        dtypes = [fields[n].dtype for n in names]
+        # Stand-ins returned with a bad record, which the assertion below stops before use.
+        blanks = [
+            np.full(
+                [d or 0 for d in fields[n].shape.as_list()], b"" if t == tf.string else 0, t.as_numpy_dtype
+            )
+            for n, t in zip(names, dtypes, strict=True)
+        ]
 
-        def parse(line: bytes) -> list[Any]:
-            obj = json.loads(line)
-            out = []
-            for name in names:
-                if name not in obj:
-                    raise ValueError(f"JSON Lines record lacks field {name!r}: {line[:200]!r}")
-                out.append(tf.constant(obj[name], dtype=fields[name].dtype).numpy())
-            return out
+        def parse(line: bytes, number: np.int64, filename: bytes) -> list[Any]:
+            try:
+                obj = _json_object(line)
+                values = [_json_value(obj, name, fields[name]) for name in names]
+            except ValueError as error:
+                where = f"{filename.decode(errors='replace')}:{int(number)}"
+                return [*blanks, _encode_record_error(f"{where}: {error}").encode()]
+            return [*values, b""]
 
-        def parse_tf(line: tf.Tensor) -> dict[str, tf.Tensor]:
-            values = tf.numpy_function(parse, [line], [fields[n].dtype for n in names], stateful=False)
+        def parse_tf(number: tf.Tensor, line: tf.Tensor) -> dict[str, tf.Tensor]:
+            *values, problem = tf.numpy_function(
+                parse, [line, number, path], [*dtypes, tf.string], stateful=False
+            )
+            check = tf.debugging.Assert(tf.equal(problem, ""), [problem])
+            with tf.control_dependencies([check]):
+                values = [tf.identity(v) for v in values]
             return {n: tf.ensure_shape(v, fields[n].shape) for n, v in zip(names, values, strict=True)}
 
-        lines = tf.data.TextLineDataset(path).filter(lambda s: tf.strings.length(tf.strings.strip(s)) > 0)
+        lines = tf.data.TextLineDataset(path).enumerate(start=1)
+        lines = lines.filter(lambda _, s: tf.strings.length(tf.strings.strip(s)) > 0)
         return lines.map(parse_tf)
+
+
+def _json_object(line: bytes) -> dict[str, Any]:
+    """One JSON Lines record; ValueError says what is wrong with it."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"not UTF-8 text ({error.reason} at byte {error.start})") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"invalid JSON ({error.msg} at column {error.colno}): {text[:120]!r}") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}: {text[:120]!r}")
+    return obj
+
+
+def _fits(value: Any, dtype: tf.DType) -> bool:
+    if dtype == tf.string:
+        return isinstance(value, str)
+    if dtype == tf.bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return not dtype.is_integer or isinstance(value, int) or value.is_integer()
+
+
+def _json_value(obj: Mapping[str, Any], name: str, spec: tf.TensorSpec) -> np.ndarray:
+    """The value of field ``name`` as the numpy array ``spec`` describes; ValueError when it does not fit."""
+    if name not in obj:
+        raise ValueError(f"the record lacks field {name!r} (it has {', '.join(map(repr, obj)) or 'none'})")
+    value = obj[name]
+    rank = spec.shape.rank
+    depth = 0 if not isinstance(value, list) else 2 if any(isinstance(v, list) for v in value) else 1
+    if rank is not None and depth != rank:
+        raise ValueError(f"field {name!r} is {value!r}, expected {'a list' if rank else 'a single value'}")
+    items = value if isinstance(value, list) else [value]
+    if not all(_fits(v, spec.dtype) for v in items):
+        raise ValueError(f"field {name!r} is {value!r}, expected {spec.dtype.name} values")
+    if spec.dtype == tf.string:
+        encoded = [v.encode() for v in items]
+        return np.array(encoded if isinstance(value, list) else encoded[0], dtype=object)
+    try:
+        return np.asarray(value, dtype=spec.dtype.as_numpy_dtype)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"field {name!r} is {value!r}, expected {spec.dtype.name} values") from None
 
 
 class FunctionDataSource(DataSource):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import math
 import signal
 import threading
@@ -97,6 +98,11 @@ class TrainResult:
         ``"data_exhausted"`` or ``"already_done"``.
       start_step: the step training started (or resumed) from.
       eval_metrics: the last evaluation's results.
+      signal: the number of the SIGTERM / SIGINT received while training ran
+        (``signal.SIGTERM``, ...), else None. With ``stop_reason == "signal"``
+        it stopped training early (after saving); one that came after the last
+        step leaves ``stop_reason`` as it was, so that a caller running several
+        trainings can still stop.
     """
 
     step: int
@@ -104,10 +110,12 @@ class TrainResult:
     stop_reason: str
     start_step: int
     eval_metrics: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    signal: int | None = None
 
 
 @contextlib.contextmanager
 def _stop_on_signals(enabled: bool) -> Iterator[dict[str, Any]]:
+    """Records the first SIGTERM / SIGINT in ``flag["signal"]``; a later SIGINT raises KeyboardInterrupt."""
     flag: dict[str, Any] = {"signal": None}
     if not enabled or threading.current_thread() is not threading.main_thread():
         yield flag
@@ -115,7 +123,11 @@ def _stop_on_signals(enabled: bool) -> Iterator[dict[str, Any]]:
 
     def handler(signum: int, frame: Any) -> None:
         del frame
-        flag["signal"] = signum
+        if flag["signal"] is None:
+            flag["signal"] = signum
+        elif signum == signal.SIGINT:
+            # A second interrupt: the user does not want to wait for the step and the save.
+            raise KeyboardInterrupt
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -123,6 +135,49 @@ def _stop_on_signals(enabled: bool) -> Iterator[dict[str, Any]]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+_BARRIER_TIMEOUT_MS = 30 * 60 * 1000
+_train_calls = itertools.count()
+
+
+class _SignalAgreement:
+    """Makes every process of a ``jax.distributed`` job stop after the same step.
+
+    A signal reaches the processes at different moments (or only some of them).
+    A process that got one announces it in the distributed runtime's key-value
+    store together with the step after which it checks; after each step every
+    process meets the others at a barrier and reads the announcements. An
+    announcement for step ``s`` is written before its process enters barrier
+    ``s``, so after that barrier every process sees the same set for ``s``.
+    Alone (or without jax.distributed) it is the local flag.
+    """
+
+    def __init__(self) -> None:
+        self.client = None
+        if jax.process_count() > 1:
+            from jax._src import distributed  # the public API has no key-value store or barrier
+
+            self.client = distributed.global_state.client
+        self.prefix = f"t5x_train/{next(_train_calls)}"
+        self.announced = False
+
+    def check(self, step: int, local_signal: int | None) -> int | None:
+        """The signal every process stops for after ``step``, or None to go on."""
+        if self.client is None:
+            return local_signal
+        if local_signal is not None and not self.announced:
+            self.client.key_value_set(
+                f"{self.prefix}/signal/{jax.process_index()}", f"{step}:{int(local_signal)}"
+            )
+            self.announced = True
+        self.client.wait_at_barrier(f"{self.prefix}/step/{step}", _BARRIER_TIMEOUT_MS)
+        announced = []
+        for _, value in self.client.key_value_dir_get(f"{self.prefix}/signal/"):
+            at, signum = (int(part) for part in value.split(":"))
+            if at <= step:
+                announced.append((at, signum))
+        return min(announced)[1] if announced else None
 
 
 def restore_latest(
@@ -238,7 +293,11 @@ def train(
     job repeats exactly the losses the uninterrupted job would have had. A
     checkpoint is saved every ``checkpoint_period`` steps and at the end. On
     SIGTERM or SIGINT the loop finishes the current step, saves, and returns
-    with ``stop_reason="signal"``.
+    with ``stop_reason="signal"`` and the signal's number in ``signal`` (what
+    to exit with is the caller's choice; ``t5x-launch`` exits 128 + the
+    number). A second SIGINT raises KeyboardInterrupt at once. In a
+    multi-process job every process stops after the same step, whichever
+    processes got the signal.
 
     Args:
       trainer: the Trainer (its state is updated in place).
@@ -256,7 +315,9 @@ def train(
       log_period: steps between train-metric writes.
       early_stopping: stops when an eval metric stops improving.
       resume: load the latest checkpoint first.
-      handle_signals: install the SIGTERM / SIGINT handlers (main thread only).
+      handle_signals: install the SIGTERM / SIGINT handlers (main thread only)
+        and, in a multi-process job, agree on the step to stop after (one
+        barrier of the distributed runtime per step).
       on_step: called with ``(step, metrics)`` after each step.
 
     Returns:
@@ -308,6 +369,7 @@ def train(
         )
         return early_stopping is not None and early_stopping.update(result.eval_metrics)
 
+    agreement = _SignalAgreement() if handle_signals else None
     with _stop_on_signals(handle_signals) as flag:
         while step < total_steps:
             try:
@@ -338,7 +400,9 @@ def train(
                 stop = run_eval()
             if checkpoint_period and step % checkpoint_period == 0:
                 save()
-            if flag["signal"] is not None:
+            if agreement is not None:
+                result.signal = agreement.check(step, flag["signal"])
+            if result.signal is not None:
                 result.stop_reason = "signal"
                 break
             if stop:
@@ -356,5 +420,7 @@ def train(
             checkpointer.wait_until_finished()
         if metric_writer is not None:
             metric_writer.flush()
+    if result.signal is None:
+        result.signal = flag["signal"]  # came after the last step's check
     result.step = step
     return result
