@@ -147,11 +147,7 @@ def load(step_dir: pathlib.Path) -> dict:
 
 
 def steps_of(model_dir: pathlib.Path) -> list[int]:
-    """Complete steps (a step folder with its index file), read without side effects.
-
-    Not ``Checkpointer(model_dir).all_steps()``: constructing a Checkpointer
-    deletes every ``checkpoint_*.tmp-*`` folder, including a live job's save.
-    """
+    """Complete steps (a step folder with its index file), read straight from the folder listing."""
     if not model_dir.is_dir():
         return []
     steps = []
