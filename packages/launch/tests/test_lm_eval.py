@@ -15,7 +15,9 @@ import jax
 import numpy as np
 import pytest
 
-pytest.importorskip("lm_eval", reason="lm-eval is not installed: pip install --find-links dist 't5x-launch[lm-eval]'")
+pytest.importorskip(
+    "lm_eval", reason="lm-eval is not installed: pip install --find-links dist 't5x-launch[lm-eval]'"
+)
 
 import t5x.tasks as tt
 from t5x import models
