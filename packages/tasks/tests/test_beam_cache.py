@@ -307,9 +307,11 @@ def test_interrupted_job_leaves_no_marker_and_is_refused(tasks_module, tmp_path)
     with pytest.raises(Exception, match="simulated worker crash"):
         run_cache(tasks_module, "beam_broken", out, mode="multi_threading")
     task_dir = task_cache_dir(str(out), "beam_broken")
-    assert os.path.isdir(task_dir)  # the job had started writing ...
-    assert not os.path.exists(os.path.join(task_dir, COMPLETED))  # ... but never finished
-    with pytest.raises(ValueError, match="incomplete.*t5x-tasks cache --module_import"):
+    # Whatever the crashed job left, it is never taken for a cache: no completion marker, and an
+    # empty task folder is removed with the attempt (the root too: this attempt made it).
+    assert not os.path.exists(os.path.join(task_dir, COMPLETED))
+    assert not (os.path.isdir(task_dir) and not os.listdir(task_dir))
+    with pytest.raises(ValueError, match="t5x-tasks cache --module_import"):
         read_cached_split("beam_broken", "train", cache_dirs=[str(out)])
 
 
