@@ -5,8 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from t5x.checkpointing import read_hf_folder, write_hf_folder
-from t5x.checkpointing._huggingface import HfFolderError
+from t5x.checkpointing import HfFolderError, read_hf_folder, write_hf_folder
 
 STATE = {"shared.weight": np.arange(32, dtype=np.float32).reshape(8, 4), "b": np.ones(3, np.int64)}
 

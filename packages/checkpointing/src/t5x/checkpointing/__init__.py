@@ -5,6 +5,7 @@ from t5x.checkpointing._checkpointer import Checkpointer, pin_checkpoint, unpin_
 from t5x.checkpointing._codec import CorruptIndexError
 from t5x.checkpointing._errors import CheckpointIntegrityError
 from t5x.checkpointing._huggingface import (
+    HfFolderError,
     HfTokenizerInfo,
     read_hf_folder,
     read_hf_tokenizer_info,
@@ -18,6 +19,7 @@ from t5x.checkpointing._specs import UnsafeSpecError
 from t5x.checkpointing._verify import VerificationReport, verify_checkpoint
 
 __all__ = [
+    "HfFolderError",
     "HfTokenizerInfo",
     "read_hf_folder",
     "read_hf_tokenizer_info",

@@ -24,9 +24,8 @@ _KNOWN_ELSEWHERE = (
     ("t5x.tasks", "UnknownNameError"),
     ("t5x.checkpointing", "CorruptIndexError"),
     ("t5x.checkpointing", "UnsafeSpecError"),
-    # Checkpoint verification; picked up as soon as t5x.checkpointing exports it.
     ("t5x.checkpointing", "CheckpointIntegrityError"),
-    ("t5x.checkpointing._huggingface", "HfFolderError"),
+    ("t5x.checkpointing", "HfFolderError"),
 )
 # gin appends where a configurable was called from; that says nothing to the user.
 _GIN_CALL_NOTE = re.compile(r"\n\s*In call to configurable '[^']*' \([^)]*\)")
