@@ -1,4 +1,4 @@
-"""The benchmark suite: every workload of BENCHMARKS.md against its peer, in one table.
+"""The benchmark suite: every workload of docs/benchmarks.md against its peer, in one table.
 
 Runs the per-workload programs of `tools/` in subprocesses (each alternates ours
 and the peer's runs and reports medians), checks the machine's load before each
@@ -11,7 +11,7 @@ times), so > 1 means we win.
 
 Usage:
     python tools/bench.py [--workloads=train-step,data-lm,data-span,decode,checkpoint]
-        [--peer-python hf=/work/peers/hf/bin/python] [--peer-python seqio=/work/peers/seqio/bin/python]
+        [--peer-python hf=peers/hf/bin/python] [--peer-python seqio=peers/seqio/bin/python]
         [--peer-malloc user|ours] [--device auto|cpu|accelerator] [--quick] [--json OUT]
 
 Peers run in their own interpreters (`--peer-python NAME=PYTHON`): `hf` (torch +
@@ -24,7 +24,7 @@ Every program here runs the way `t5x-launch` runs jobs as far as the process goe
 glibc malloc tunables (huge pages, and freed memory kept for reuse; `t5x.launch._malloc`).
 The peers run without them, in the environment the benchmark was started from, as their
 users run them (`arena_max=1` made seqio's multi-threaded pipeline 2x slower; PyTorch's
-DEC-S step, on the other hand, is faster with all of them: see the README).
+DEC-S step, on the other hand, is faster with all of them: see docs/benchmarks.md).
 `--peer-malloc ours` gives the `hf` peer (train-step, decode) our settings too, to compare
 the frameworks on equal allocators.
 

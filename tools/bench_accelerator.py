@@ -1,4 +1,4 @@
-"""Benchmark: `train-step` of ENCDEC-LARGE and DEC-1B (BENCHMARKS.md) on an accelerator, with MFU.
+"""Benchmark: `train-step` of ENCDEC-LARGE and DEC-1B (docs/benchmarks.md) on an accelerator, with MFU.
 
 One training step (forward, backward, optax Adafactor update) under one `jax.jit`, bfloat16
 activations and float32 parameters, scanned layers with `minimal` rematerialisation. Compile

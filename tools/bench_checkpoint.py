@@ -1,4 +1,4 @@
-"""Benchmark: the `checkpoint` workload (BENCHMARKS.md).
+"""Benchmark: the `checkpoint` workload (docs/benchmarks.md).
 
 Saves and restores the full ENCDEC-S train state — T5.1.1 shapes (vocab 32128,
 emb 512, 8 x 64 heads, gated-GELU mlp 1024, 6 + 6 layers, untied logits) plus

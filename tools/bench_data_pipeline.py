@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark the data pipeline (BENCHMARKS.md `data-lm` and `data-span`) against seqio.
+"""Benchmark the data pipeline (docs/benchmarks.md `data-lm` and `data-span`) against seqio.
 
 End to end from text files: SentencePiece (8k unigram, trained here on a
 generated corpus) tokenization, then
@@ -13,7 +13,7 @@ library, via --peer-python) alternate, and the table shows medians.
 
 Usage:
   python tools/bench_data_pipeline.py [--workload data-lm|data-span|all]
-      [--peer-python /work/peers/seqio/bin/python] [--repeats 3] [--batches 200] [--json OUT]
+      [--peer-python peers/seqio/bin/python] [--repeats 3] [--batches 200] [--json OUT]
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def main() -> int:
     )
     parser.add_argument("--workload", default="all", choices=["data-lm", "data-span", "all"])
     parser.add_argument(
-        "--peer-python", default=None, help="python with seqio + t5 (e.g. /work/peers/seqio/bin/python)"
+        "--peer-python", default=None, help="python with seqio + t5 (e.g. peers/seqio/bin/python)"
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batches", type=int, default=200, help="steady-state batches per run")

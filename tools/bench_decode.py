@@ -1,4 +1,4 @@
-"""Benchmark: the `decode` workload (BENCHMARKS.md) with t5x.models + t5x.decoding.
+"""Benchmark: the `decode` workload (docs/benchmarks.md) with t5x.models + t5x.decoding.
 
 Greedy decoding of ``--new-tokens`` (64) new tokens with a KV cache, at batch 8 and 1, of
 ENCDEC-S (T5.1.1 encoder-decoder, inputs of ``--prompt`` = 256 tokens) and DEC-S (causal
@@ -37,7 +37,7 @@ line and the JSON (``meta.cpu_kernels``) say which ran.
 top-k, top-p and beam search, and a bare ``fori_loop`` ``floor``. Usage:
 
     python tools/bench_decode.py [--workloads encdec,dec] [--batches 8,1] [--repeats 3]
-        [--peer-python /work/peers/hf/bin/python] [--peer-malloc user|ours] [--products] [--json OUT]
+        [--peer-python peers/hf/bin/python] [--peer-malloc user|ours] [--products] [--json OUT]
 """
 
 from __future__ import annotations

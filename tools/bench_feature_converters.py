@@ -1,4 +1,4 @@
-"""Benchmark: the feature-converter stage of `data-lm` and `data-span` (BENCHMARKS.md).
+"""Benchmark: the feature-converter stage of `data-lm` and `data-span` (docs/benchmarks.md).
 
 Synthetic pre-tokenised examples with realistic lengths go through a converter
 with packing and `batch(8)`; we time non-padding tokens per second in steady
@@ -17,7 +17,7 @@ Each implementation runs in its own worker process (ours: this interpreter;
 seqio: `--peer-python`), fed the same examples; runs alternate between them and
 the table shows medians. Usage:
 
-    python tools/bench_feature_converters.py [--peer-python /work/peers/seqio/bin/python]
+    python tools/bench_feature_converters.py [--peer-python peers/seqio/bin/python]
         [--repeats 5] [--tokens 2000000] [--strategies greedy,first_fit] [--json OUT]
 """
 

@@ -1,4 +1,4 @@
-"""Benchmark: SentencePiece tokenisation, the first stage of `data-lm` (BENCHMARKS.md).
+"""Benchmark: SentencePiece tokenisation, the first stage of `data-lm` (docs/benchmarks.md).
 
 Generated English-like text lines (Zipf-distributed words, 4-60 words a line)
 train an 8k unigram SentencePiece model with T5's special ids; then each
@@ -18,7 +18,7 @@ processor through tf.numpy_function. Each implementation runs in its own worker
 process (ours: this interpreter; seqio: --peer-python); runs alternate between
 them and the table shows medians. Usage:
 
-    python tools/bench_tokenize.py [--peer-python /work/peers/seqio/bin/python]
+    python tools/bench_tokenize.py [--peer-python peers/seqio/bin/python]
         [--lines 20000] [--batch 64] [--repeats 5] [--model FILE] [--json OUT]
 """
 

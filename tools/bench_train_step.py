@@ -1,4 +1,4 @@
-"""Benchmark: `train-step` of ENCDEC-S and DEC-S (BENCHMARKS.md) with t5x.models.
+"""Benchmark: `train-step` of ENCDEC-S and DEC-S (docs/benchmarks.md) with t5x.models.
 
 Times one training step (forward, backward, optimizer update) under one `jax.jit`, float32 on
 CPU (workloads `encdec`, `dec`). The `encdec-bf16` / `dec-bf16` workloads keep parameters,
@@ -35,7 +35,7 @@ with `transformers.optimization.Adafactor`. Ours and the peer's steps alternate 
 Usage:
 
     python tools/bench_train_step.py [--workloads encdec,dec,encdec-bf16,dec-bf16] [--steps 5] [--warmup 1]
-        [--peer-python /work/peers/hf/bin/python] [--peer-malloc user|ours] [--json OUT]
+        [--peer-python peers/hf/bin/python] [--peer-malloc user|ours] [--json OUT]
 """
 
 from __future__ import annotations

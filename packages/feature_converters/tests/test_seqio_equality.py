@@ -1,7 +1,7 @@
 """Optional: identical outputs to seqio's converters on the same random examples.
 
 Runs seqio (0.0.20) in another interpreter, named by the environment variable
-``T5X_SEQIO_PYTHON`` (e.g. /work/peers/seqio/bin/python), through
+``T5X_SEQIO_PYTHON`` (e.g. peers/seqio/bin/python), through
 ``seqio_reference.py``; skipped when the variable is not set.
 """
 

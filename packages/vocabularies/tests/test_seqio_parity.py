@@ -1,7 +1,7 @@
 """Optional: the same ids as seqio for the same model file, compared in seqio's own interpreter.
 
 Runs only when ``T5X_SEQIO_PYTHON`` names a Python with seqio (and tensorflow-text)
-installed, e.g. ``T5X_SEQIO_PYTHON=/work/peers/seqio/bin/python``.
+installed, e.g. ``T5X_SEQIO_PYTHON=peers/seqio/bin/python``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Training FLOPs per token (PaLM convention, see BENCHMARKS.md)."""
+"""Training FLOPs per token (PaLM convention, see docs/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -105,7 +105,7 @@ PRESETS: dict[str, T5Config | DecoderOnlyConfig] = {
     "umt5_base": _umt5(768, 12, 12, 2048),
     "umt5_xl": _umt5(2048, 32, 24, 5120),
     "umt5_xxl": _umt5(4096, 64, 24, 10240),
-    # Decoder-only LMs on the T5 vocabulary (BENCHMARKS.md sizes).
+    # Decoder-only LMs on the T5 vocabulary (docs/benchmarks.md sizes).
     "decoder_tiny": _decoder(8, 4, 2, 16, head_dim=3),
     "decoder_small": _decoder(512, 8, 12, 1024),
     "decoder_1b": _decoder(2048, 16, 16, 5632, head_dim=128),

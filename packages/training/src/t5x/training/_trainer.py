@@ -254,7 +254,7 @@ class Trainer:
 def measure_peak_flops(size: int = 2048, repeats: int = 3) -> float:
     """The FLOP/s of a large float32 matmul under XLA on the default device.
 
-    This is the "practical peak" of BENCHMARKS.md's MFU convention on CPU.
+    This is the "practical peak" of docs/benchmarks.md's MFU convention on CPU.
     """
     a = jnp.ones((size, size), jnp.float32)
     matmul = jax.jit(lambda x: x @ x)
