@@ -6,6 +6,7 @@ imported the first time a ``*_tf`` method runs.
 
 from t5x.vocabularies._base import PAD_ID
 from t5x.vocabularies._byte import ByteVocabulary
+from t5x.vocabularies._hooks import Vocabulary
 from t5x.vocabularies._huggingface import HuggingFaceVocabulary
 from t5x.vocabularies._passthrough import PassThroughVocabulary
 from t5x.vocabularies._sentencepiece import SentencePieceVocabulary
@@ -16,4 +17,5 @@ __all__ = [
     "HuggingFaceVocabulary",
     "PassThroughVocabulary",
     "SentencePieceVocabulary",
+    "Vocabulary",
 ]

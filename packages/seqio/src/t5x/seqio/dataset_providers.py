@@ -1,0 +1,825 @@
+"""``seqio.dataset_providers``: sources, Task, Mixture, registries and get_dataset, with seqio's semantics.
+
+Every class subclasses its ``t5x.tasks`` counterpart, and the registries share
+the core's, so a task registered through ``seqio.TaskRegistry.add`` is found by
+``t5x.tasks.get_mixture_or_task`` and by ``t5x-launch``.
+
+Where seqio and the core differ on purpose, this module does what seqio does
+(docs/differences.md): ``TextLineDataSource`` yields bare strings,
+``TFExampleDataSource`` leaves ``VarLenFeature`` values sparse, random
+preprocessors are seeded through ``map_seed_manager`` (post-cache ones from
+``seed + 42 * cache_index``), and unknown names raise an error that is both a
+``ValueError`` (seqio) and a ``KeyError`` (the core).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import functools
+import inspect
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import tensorflow as tf
+
+from t5x import tasks as _core
+from t5x.interfaces import ShardInfo
+from t5x.seqio import utils
+from t5x.tasks import Feature
+from t5x.tasks import FunctionDataSource as _CoreFunctionDataSource
+from t5x.tasks._registry import UnknownNameError
+from t5x.tasks._seqio_cache import (
+    COMPLETED as _OUR_COMPLETED,
+)
+from t5x.tasks._seqio_cache import (
+    is_seqio_cache,
+    read_seqio_cache,
+    read_stats,
+    shard_files_of,
+)
+from t5x.tasks._seqio_compat import ContinuousFeature, trim_dataset
+from t5x.tasks._seqio_compat import ProtoDataSource as _CoreProtoDataSource
+from t5x.tasks._utils import fold_seed, preprocessor_seed_scope
+
+_log = logging.getLogger("t5x.seqio")
+SHUFFLE_BUFFER_SIZE = 1000
+_MAX_EXAMPLES_TO_MEM_CACHE = 10000
+
+
+def task_cache_dir(cache_dir: str, task_name: str) -> str:
+    """Where ``t5x-tasks cache`` puts a task inside a cache dir (``/`` in names as ``__``)."""
+    return os.path.join(cache_dir, task_name.replace("/", "__"))
+
+
+def _read_our_cache(
+    task_name: str, split: str, shard_info: Any, shuffle: bool, seed: Any, cache_dir: str
+) -> Any:
+    try:
+        from t5x.tasks._offline_cache import read_cached_split
+    except ImportError:  # older layout of the tasks package
+        from t5x.tasks._beam_cache import read_cached_split  # type: ignore[no-redef]
+    return read_cached_split(task_name, split, shard_info, shuffle, seed, cache_dirs=[cache_dir])
+
+
+class NotRegisteredError(UnknownNameError, ValueError):
+    """No provider has this name (seqio raises ValueError, the core KeyError: this is both)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceInfo:
+    """Where a Task was defined."""
+
+    file_path: str
+    line_number: int
+
+
+class DatasetProviderBase(metaclass=abc.ABCMeta):
+    """What Tasks and Mixtures provide."""
+
+    @property
+    @abc.abstractmethod
+    def output_features(self) -> Mapping[str, Feature]: ...
+
+    @property
+    @abc.abstractmethod
+    def splits(self) -> Sequence[str]: ...
+
+    @abc.abstractmethod
+    def get_dataset(self, sequence_length: Any, split: str, **kwargs: Any) -> tf.data.Dataset: ...
+
+    @abc.abstractmethod
+    def num_input_examples(self, split: str) -> int | None: ...
+
+
+# ---- sources -------------------------------------------------------------------------------
+
+
+class DataSource(_core.DataSource):
+    """Base of seqio-style sources: ``DataSource(splits, num_input_examples, caching_permitted)``."""
+
+    def __init__(
+        self,
+        splits: Iterable[str],
+        num_input_examples: Mapping[str, int] | None = None,
+        caching_permitted: bool = True,
+    ):
+        self._splits = tuple(splits)
+        self._num_input_examples = dict(num_input_examples) if num_input_examples is not None else None
+        self._caching_permitted = caching_permitted
+
+    @property
+    def caching_permitted(self) -> bool:
+        return self._caching_permitted
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return self._splits
+
+    @property
+    def supports_arbitrary_sharding(self) -> bool:  # type: ignore[override]
+        return False
+
+    @property
+    def output_features(self) -> Mapping[str, Feature]:
+        raise NotImplementedError
+
+    def list_shards(self, split: str) -> list[str]:
+        return [split]
+
+    def num_input_examples(self, split: str) -> int | None:
+        if self._num_input_examples is None:
+            return None
+        return self._num_input_examples.get(split)
+
+
+class FunctionDataSource(_CoreFunctionDataSource):
+    """Examples from ``dataset_fn(split=..., shuffle_files=...[, seed=...])``, as seqio calls it."""
+
+    def __init__(
+        self,
+        dataset_fn: Callable[..., tf.data.Dataset],
+        splits: Iterable[str],
+        num_input_examples: Mapping[str, int] | None = None,
+        caching_permitted: bool = True,
+    ):
+        params = list(inspect.signature(dataset_fn).parameters)
+        if params[:2] != ["split", "shuffle_files"]:
+            raise ValueError(
+                f"FunctionDataSource: dataset_fn must take (split, shuffle_files[, seed]) first, got {params}"
+            )
+        super().__init__(dataset_fn, list(splits), num_input_examples)
+        self._caching_permitted = caching_permitted
+
+    @property
+    def caching_permitted(self) -> bool:
+        return self._caching_permitted
+
+    def get_dataset(
+        self,
+        split: str = "train",
+        shuffle: bool = True,
+        seed: int | None = None,
+        shard_info: ShardInfo | None = None,
+    ) -> tf.data.Dataset:
+        if shard_info and shard_info.num_shards > 1:
+            raise ValueError(
+                "FunctionDataSource cannot shard by itself; shard the dataset it returns instead"
+            )
+        if seed is None:
+            return self._fn(split=split, shuffle_files=shuffle)
+        return self._fn(split=split, shuffle_files=shuffle, seed=seed)
+
+
+class FileDataSource(_core.FileDataSource):
+    """Examples read by ``read_file_fn(path)`` from the files each split's pattern matches.
+
+    Shards by files only (seqio's rule): fewer files than shards is an error
+    here; ``Task.get_dataset`` shards such sources by example instead.
+    """
+
+    def __init__(
+        self,
+        read_file_fn: Callable[[tf.Tensor], tf.data.Dataset],
+        split_to_filepattern: Mapping[str, str | Iterable[str]],
+        num_input_examples: Mapping[str, int] | None = None,
+        caching_permitted: bool = True,
+        file_shuffle_buffer_size: int | None = None,
+        cycle_length: int = 16,
+        block_length: int = 16,
+    ):
+        patterns = {k: v if isinstance(v, str) else list(v) for k, v in split_to_filepattern.items()}
+        super().__init__(read_file_fn, patterns, num_input_examples, cycle_length, block_length)
+        self._split_to_filepattern = patterns
+        self._caching_permitted = caching_permitted
+        self._file_shuffle_buffer_size = file_shuffle_buffer_size
+
+    @property
+    def caching_permitted(self) -> bool:
+        return self._caching_permitted
+
+    def get_dataset(
+        self,
+        split: str = "train",
+        shuffle: bool = True,
+        seed: int | None = None,
+        shard_info: ShardInfo | None = None,
+    ) -> tf.data.Dataset:
+        files = self.list_shards(split)
+        files_ds = tf.data.Dataset.from_tensor_slices(files)
+        if shard_info:
+            if len(files) < shard_info.num_shards:
+                raise ValueError(
+                    f"{type(self).__name__}: split {split!r} has {len(files)} files, too few for "
+                    f"{shard_info.num_shards} shards"
+                )
+            files_ds = files_ds.shard(shard_info.num_shards, shard_info.index)
+        if shuffle:
+            files_ds = files_ds.shuffle(self._file_shuffle_buffer_size or len(files), seed=seed)
+        return files_ds.interleave(
+            self._read_file_fn,
+            cycle_length=self._cycle_length,
+            block_length=self._block_length,
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+
+
+class TextLineDataSource(FileDataSource):
+    """Lines of text files; each example is the line itself (a string scalar), as in seqio."""
+
+    def __init__(
+        self,
+        split_to_filepattern: Mapping[str, str | Iterable[str]],
+        skip_header_lines: int = 0,
+        num_input_examples: Mapping[str, int] | None = None,
+        caching_permitted: bool = True,
+        file_shuffle_buffer_size: int | None = None,
+    ):
+        self._skip_header_lines = skip_header_lines
+
+        def read(path: tf.Tensor) -> tf.data.Dataset:
+            return tf.data.TextLineDataset(path).skip(skip_header_lines)
+
+        super().__init__(
+            read, split_to_filepattern, num_input_examples, caching_permitted, file_shuffle_buffer_size
+        )
+
+
+class TFExampleDataSource(FileDataSource):
+    """``tf.train.Example`` records parsed with ``feature_description`` (VarLen features stay sparse)."""
+
+    def __init__(
+        self,
+        split_to_filepattern: Mapping[str, str | Iterable[str]],
+        feature_description: Mapping[str, Any],
+        reader_cls: Callable[[Any], tf.data.Dataset] = tf.data.TFRecordDataset,
+        num_input_examples: Mapping[str, int] | None = None,
+        caching_permitted: bool = True,
+        file_shuffle_buffer_size: int | None = None,
+    ):
+        description = dict(feature_description)
+
+        def parse(*args: Any) -> Any:
+            return tf.io.parse_single_example(args[-1], description)  # some readers yield (key, value)
+
+        def read(path: tf.Tensor) -> tf.data.Dataset:
+            return reader_cls(path).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+
+        super().__init__(
+            read, split_to_filepattern, num_input_examples, caching_permitted, file_shuffle_buffer_size
+        )
+
+
+class ProtoDataSource(_CoreProtoDataSource):
+    """Records of any proto, decoded by ``decode_proto_fn``."""
+
+
+TfdsDataSource = _core.TfdsDataSource
+
+
+class _CachedDataSource(_core.DataSource):
+    """A task's offline cache (seqio's layout or ours), sharded by files or examples."""
+
+    supports_arbitrary_sharding = True
+
+    def __init__(self, task_name: str, task_dir: str, split: str, seqio_layout: bool):
+        self._task_name, self._task_dir, self._split, self._seqio = task_name, task_dir, split, seqio_layout
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return (self._split,)
+
+    def list_shards(self, split: str) -> list[str]:
+        return shard_files_of(self._task_dir, split) if self._seqio else [split]
+
+    def num_input_examples(self, split: str) -> int | None:
+        return read_stats(self._task_dir, split).get("examples")
+
+    def get_dataset(self, split="train", shuffle=True, seed=None, shard_info=None) -> tf.data.Dataset:
+        if self._seqio:
+            return read_seqio_cache(self._task_dir, split, shard_info, shuffle, seed)
+        parent = os.path.dirname(self._task_dir)
+        return _read_our_cache(self._task_name, split, shard_info, shuffle, seed, parent)
+
+
+class CacheDatasetPlaceholder(_core.CacheDatasetPlaceholder):
+    """Marks where offline caching happens; never called (seqio raises if it is)."""
+
+    def __init__(self, required: bool = False, file_shuffle_buffer_size: int | None = None):
+        super().__init__(required)
+        self._file_shuffle_buffer_size = file_shuffle_buffer_size
+
+    @property
+    def file_shuffle_buffer_size(self) -> int | None:
+        return self._file_shuffle_buffer_size
+
+    def __call__(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        raise RuntimeError("CacheDatasetPlaceholder should never be called")
+
+
+# ---- Task ----------------------------------------------------------------------------------
+
+_METRIC_SIGNATURES = {
+    ("targets", "predictions"): 0,
+    ("targets", "scores"): 1,
+    ("targets", "predictions", "aux_values"): 2,
+}
+
+
+class Task(_core.Task):
+    """seqio's Task on the core's: seqio's constructor, seeding, caching and validation messages.
+
+    Args:
+      name: a unique name.
+      source: a DataSource (seqio-style or any ``t5x.tasks`` source).
+      output_features: feature name -> Feature.
+      preprocessors: dataset transformations, applied in order; each gets
+        ``sequence_length`` / ``output_features`` when its signature names them.
+      postprocess_fn: turns decoded model output into what metrics take.
+      metric_fns: functions of ``(targets, predictions)``, ``(targets, scores)`` or
+        ``(targets, predictions, aux_values)``.
+      metric_objs: seqio's clu-style metric objects; kept, not evaluated here.
+      shuffle_buffer_size: examples in the shuffle buffer; None forbids shuffling.
+      source_info: where the task was defined.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        source: _core.DataSource,
+        output_features: Mapping[str, Feature],
+        preprocessors: Sequence[Callable[..., tf.data.Dataset]] | None = None,
+        postprocess_fn: Callable[..., Any] | None = None,
+        metric_fns: Sequence[Callable[..., Any]] | None = None,
+        metric_objs: Sequence[Any] | None = None,
+        shuffle_buffer_size: int | None = SHUFFLE_BUFFER_SIZE,
+        source_info: SourceInfo | None = None,
+    ):
+        preps = tuple(preprocessors or ())
+        super().__init__(
+            name,
+            source=source,
+            output_features=output_features,
+            preprocessors=preps,
+            postprocess_fn=postprocess_fn,
+            metric_fns=tuple(metric_fns or ()),
+            shuffle_buffer_size=shuffle_buffer_size,
+        )
+        self._metric_objs = list(metric_objs or ())
+        self._source_info = source_info
+        self._cache_step_idx = next(
+            (i for i, p in enumerate(preps) if isinstance(p, _core.CacheDatasetPlaceholder)), None
+        )
+        if self._cache_step_idx is not None and not getattr(source, "caching_permitted", True):
+            raise ValueError(
+                f"Caching was requested for {name!r}, but its data source does not permit caching; "
+                "remove the CacheDatasetPlaceholder"
+            )
+        self._seqio_cache_dir: str | None = None
+        self._stats: dict[str, Mapping[str, Any]] = {}
+
+    def __str__(self) -> str:
+        return f"Task(name={self.name}, source={self.source})"
+
+    # ---- metrics (validated lazily, like seqio) ----
+    @functools.cached_property
+    def _sorted_metric_fns(self) -> tuple[list[Callable[..., Any]], ...]:
+        groups: tuple[list[Callable[..., Any]], ...] = ([], [], [])
+        for fn in self._metric_fns:
+            pos = tuple(
+                k
+                for k, p in inspect.signature(fn).parameters.items()
+                if p.default is inspect.Parameter.empty and p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD
+            )
+            if pos not in _METRIC_SIGNATURES:
+                raise ValueError(
+                    "Metric functions must have positional arguments matching ('targets', 'predictions'), "
+                    f"('targets', 'scores') or ('targets', 'predictions', 'aux_values'); {fn!r} has {pos}"
+                )
+            groups[_METRIC_SIGNATURES[pos]].append(fn)
+        return groups
+
+    @property
+    def metric_fns(self) -> list[Callable[..., Any]]:  # type: ignore[override]
+        a, b, c = self._sorted_metric_fns
+        return a + b + c
+
+    @property
+    def predict_metric_fns(self) -> list[Callable[..., Any]]:  # type: ignore[override]
+        return self._sorted_metric_fns[0]
+
+    @property
+    def score_metric_fns(self) -> list[Callable[..., Any]]:  # type: ignore[override]
+        return self._sorted_metric_fns[1]
+
+    @property
+    def predict_with_aux_metric_fns(self) -> list[Callable[..., Any]]:
+        return self._sorted_metric_fns[2]
+
+    @property
+    def metric_objs(self) -> list[Any]:
+        return list(self._metric_objs)
+
+    @property
+    def source_info(self) -> SourceInfo | None:
+        return self._source_info
+
+    @property
+    def postprocessor(self) -> Callable[..., Any] | None:
+        return self._postprocess_fn
+
+    def replace(self, **kwargs: Any) -> Task:
+        """A copy of this task with some constructor arguments replaced."""
+        allowed = {
+            "name", "source", "output_features", "preprocessors", "postprocess_fn",
+            "metric_fns", "metric_objs", "shuffle_buffer_size",
+        }  # fmt: skip
+        unknown = set(kwargs) - allowed
+        if unknown:
+            raise ValueError(
+                f"Task.replace: unknown arguments {sorted(unknown)}; expected some of {sorted(allowed)}"
+            )
+        current = {
+            "name": self.name,
+            "source": self.source,
+            "output_features": self.output_features,
+            "preprocessors": self.preprocessors,
+            "postprocess_fn": self._postprocess_fn,
+            "metric_fns": self._metric_fns,
+            "metric_objs": self._metric_objs,
+            "shuffle_buffer_size": self._shuffle_buffer_size,
+        }
+        current.update(kwargs)
+        return type(self)(**current, source_info=self._source_info)
+
+    # ---- caching ----
+    @property
+    def supports_caching(self) -> bool:
+        return self._cache_step_idx is not None
+
+    @property
+    def requires_caching(self) -> bool:
+        return self._cache_step_idx is not None and bool(self.preprocessors[self._cache_step_idx].required)
+
+    @property
+    def cache_dir(self) -> str | None:
+        """This task's cache folder in the global cache dirs (seqio's layout or ours), or None."""
+        if not self._seqio_cache_dir:
+            for d in utils.get_global_cache_dirs():
+                seqio_dir = os.path.join(d, utils.get_task_dir_from_name(self.name))
+                ours = task_cache_dir(d, self.name)
+                if tf.io.gfile.exists(os.path.join(seqio_dir, _OUR_COMPLETED)):
+                    self._seqio_cache_dir = seqio_dir
+                    break
+                if tf.io.gfile.exists(os.path.join(ours, _OUR_COMPLETED)):
+                    self._seqio_cache_dir = ours
+                    break
+        return self._seqio_cache_dir
+
+    def assert_cached(self) -> None:
+        assert self.cache_dir, f"{self.name!r} does not exist in any of the task cache directories"
+
+    def get_cached_stats(self, split: str = "train") -> Mapping[str, Any]:
+        """The cached split's ``stats.<split>.json``.
+
+        Raises:
+          AssertionError: the task is not cached (as in seqio).
+          ValueError: the split has no stats file.
+        """
+        self.assert_cached()
+        if split not in self._stats:
+            assert self.cache_dir is not None
+            if not tf.io.gfile.exists(utils.get_cached_stats_path(self.cache_dir, split)):
+                raise ValueError(f"Stats do not exist for {self.name!r} split: {split}")
+            self._stats[split] = read_stats(self.cache_dir, split)
+        return self._stats[split]
+
+    def _get_cached_source(self, split: str) -> _CachedDataSource:
+        self.assert_cached()
+        assert self.cache_dir is not None
+        return _CachedDataSource(self.name, self.cache_dir, split, is_seqio_cache(self.cache_dir))
+
+    # ---- preprocessing ----
+    def _preprocess_dataset(
+        self,
+        dataset: tf.data.Dataset,
+        start: int,
+        stop: int,
+        sequence_length: Mapping[str, Any] | None,
+        seed: int | None,
+    ) -> tf.data.Dataset:
+        core_seed = None if seed is None else tf.constant([0, int(seed)], tf.int64)
+        for index in range(start, stop):
+            prep = self.preprocessors[index]
+            if isinstance(prep, _core.CacheDatasetPlaceholder):
+                continue
+            bound = utils.add_kwargs_to_transform(
+                prep, sequence_length=sequence_length, output_features=self.output_features
+            )
+            # Core preprocessors (t5x.tasks) draw their seeds from this scope, seqio-style ones from
+            # map_seed_manager; either way a seeded task is reproducible.
+            scope = preprocessor_seed_scope(fold_seed(core_seed, index)) if core_seed is not None else None
+            if scope is None:
+                dataset = bound(dataset)
+            else:
+                with scope:
+                    dataset = bound(dataset)
+        return dataset
+
+    def preprocess_precache(self, dataset: tf.data.Dataset, seed: int | None = None) -> tf.data.Dataset:
+        """Runs the preprocessors before the CacheDatasetPlaceholder (none when there is none)."""
+        if not self.supports_caching:
+            return dataset
+        with utils.map_seed_manager(seed):
+            return self._preprocess_dataset(dataset, 0, self._cache_step_idx or 0, None, seed)
+
+    def preprocess_postcache(
+        self, dataset: tf.data.Dataset, sequence_length: Mapping[str, Any] | None, seed: int | None = None
+    ) -> tf.data.Dataset:
+        """Runs the preprocessors after the CacheDatasetPlaceholder (all of them when there is none)."""
+        start = 0
+        if self.supports_caching:
+            assert self._cache_step_idx is not None
+            seed = None if seed is None else seed + 42 * self._cache_step_idx
+            start = self._cache_step_idx + 1
+        with utils.map_seed_manager(seed):
+            return self._preprocess_dataset(dataset, start, len(self.preprocessors), sequence_length, seed)
+
+    def preprocess(  # type: ignore[override]
+        self,
+        dataset: tf.data.Dataset,
+        sequence_length: Mapping[str, Any] | None = None,
+        seed: int | None = None,
+    ) -> tf.data.Dataset:
+        """Every preprocessor, pre- and post-cache."""
+        return self.preprocess_postcache(self.preprocess_precache(dataset, seed), sequence_length, seed)
+
+    def _validate_preprocessing(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        spec = dataset.element_spec
+        if not isinstance(spec, Mapping):
+            raise ValueError(
+                f"Task {self.name!r}: preprocessed examples must be dicts of features, got {spec}"
+            )
+        for key, feature in self.output_features.items():
+            if key not in spec:
+                if feature.required:
+                    raise ValueError(
+                        f"Task dataset is missing expected output feature after preprocessing: {key}"
+                    )
+                continue
+            got = spec[key]
+            if feature.dtype != got.dtype:
+                raise ValueError(
+                    f"Task dataset has incorrect type for feature '{key}' after preprocessing: "
+                    f"Got {got.dtype.name}, expected {feature.dtype.name}"
+                )
+            if feature.rank != got.shape.rank:
+                raise ValueError(
+                    f"Task dataset has incorrect rank for feature '{key}' after preprocessing: "
+                    f"Got {got.shape.rank}, expected {feature.rank}"
+                )
+        return dataset
+
+    def get_dataset(  # type: ignore[override]
+        self,
+        sequence_length: Mapping[str, Any] | None = None,
+        split: str = "train",
+        use_cached: bool = False,
+        shuffle: bool = True,
+        shuffle_buffer_size: int | None = None,
+        seed: int | None = None,
+        shard_info: ShardInfo | None = None,
+        num_epochs: int | None = 1,
+        trim_output_features: bool = True,
+        try_in_mem_cache: bool = True,
+    ) -> tf.data.Dataset:
+        """The task's examples, from the offline cache or preprocessed on the fly (seqio's rules)."""
+        if use_cached and not self.supports_caching:
+            _log.warning("Task %r does not support caching; preprocessing on the fly", self.name)
+            use_cached = False
+        elif self.requires_caching and not use_cached:
+            raise ValueError(f"Task {self.name!r} requires caching, but was called with use_cached=False")
+        source: _core.DataSource = self._get_cached_source(split) if use_cached else self.source
+        if split not in source.splits:
+            raise ValueError(
+                f"Task {self.name!r} has no split {split!r}; available splits: {', '.join(source.splits)}"
+            )
+        if getattr(source, "supports_arbitrary_sharding", False) or (
+            shard_info and len(source.list_shards(split)) >= shard_info.num_shards
+        ):
+            ds = source.get_dataset(split=split, shuffle=shuffle, seed=seed, shard_info=shard_info)
+        else:
+            ds = source.get_dataset(split=split, shuffle=shuffle, seed=seed)
+            if shard_info:
+                ds = ds.shard(shard_info.num_shards, shard_info.index)
+        count = source.num_input_examples(split)
+        if try_in_mem_cache and count and count < _MAX_EXAMPLES_TO_MEM_CACHE:
+            ds = ds.cache()
+        if not use_cached:
+            ds = self.preprocess_precache(ds, seed=seed)
+        ds = ds.prefetch(tf.data.AUTOTUNE).repeat(num_epochs)
+        ds = self.preprocess_postcache(ds, sequence_length=sequence_length, seed=seed)
+        ds = self._validate_preprocessing(ds)
+        if trim_output_features:
+            ds = trim_dataset(ds, sequence_length, self.output_features)
+        if shuffle:
+            if self._shuffle_buffer_size is None:
+                raise ValueError(
+                    f"Shuffling is disallowed for Task {self.name!r} since its shuffle_buffer_size was set "
+                    "to None on construction"
+                )
+            ds = ds.shuffle(shuffle_buffer_size or self._shuffle_buffer_size, seed=seed)
+        return ds.prefetch(tf.data.AUTOTUNE)
+
+
+# ---- registries and Mixture ----------------------------------------------------------------
+
+
+def _not_registered(error: UnknownNameError) -> NotRegisteredError:
+    return NotRegisteredError(str(error))
+
+
+class DatasetProviderRegistry:
+    """Class-level registry helpers shared by TaskRegistry and MixtureRegistry."""
+
+    _REGISTRY: ClassVar[dict[str, Any]]
+
+
+class TaskRegistry(_core.TaskRegistry):
+    """The global task registry (the core's): ``add`` takes seqio's arguments."""
+
+    @classmethod
+    def add(  # type: ignore[override]
+        cls,
+        name: str,
+        source: Any = None,
+        output_features: Mapping[str, Feature] | None = None,
+        preprocessors: Sequence[Callable[..., Any]] | None = None,
+        postprocess_fn: Callable[..., Any] | None = None,
+        metric_fns: Sequence[Callable[..., Any]] | None = None,
+        task_cls: type[_core.Task] = Task,
+        **kwargs: Any,
+    ) -> _core.Task:
+        """Builds a Task (a seqio-style one unless ``task_cls`` says otherwise) and registers it."""
+        if output_features is None:
+            raise TypeError(f"TaskRegistry.add({name!r}): output_features is required")
+        task = task_cls(
+            name,
+            source=source,
+            output_features=output_features,
+            preprocessors=preprocessors or (),
+            postprocess_fn=postprocess_fn,
+            metric_fns=metric_fns or (),
+            **kwargs,
+        )
+        return cls.add_provider(name, task)
+
+    @classmethod
+    def get(cls, name: str) -> _core.Task:
+        try:
+            return super().get(name)
+        except UnknownNameError as error:
+            raise _not_registered(error) from None
+
+    @classmethod
+    def get_dataset(cls, name: str, sequence_length: Any, split: str, **kwargs: Any) -> tf.data.Dataset:
+        return cls.get(name).get_dataset(sequence_length=sequence_length, split=split, **kwargs)
+
+
+class Mixture(_core.Mixture):
+    """Tasks mixed by rate: ``Mixture(name, tasks, default_rate=None, sample_fn=..., source_info=None)``."""
+
+    def __init__(
+        self,
+        name: str,
+        tasks: Sequence[Any],
+        default_rate: Any = None,
+        sample_fn: Callable[..., tf.data.Dataset] | None = None,
+        source_info: SourceInfo | None = None,
+    ):
+        super().__init__(name, list(tasks), default_rate=default_rate, resolve=get_mixture_or_task)
+        self._sample_fn = sample_fn
+        self._source_info = source_info
+
+    @property
+    def source_info(self) -> SourceInfo | None:
+        return self._source_info
+
+    @property
+    def total_rate(self) -> float:
+        return sum(self.get_rate(t) for t in self.tasks)
+
+
+class MixtureRegistry(_core.MixtureRegistry):
+    """The global mixture registry (the core's), building seqio-style Mixtures."""
+
+    @classmethod
+    def add(  # type: ignore[override]
+        cls,
+        name: str,
+        tasks: Sequence[Any],
+        default_rate: Any = None,
+        mixture_cls: type[_core.Mixture] = Mixture,
+        **kwargs: Any,
+    ) -> _core.Mixture:
+        if mixture_cls is Mixture or (isinstance(mixture_cls, type) and issubclass(mixture_cls, Mixture)):
+            mixture = mixture_cls(name, tasks, default_rate=default_rate, **kwargs)
+        else:
+            mixture = mixture_cls(
+                name, tasks, default_rate=default_rate, resolve=get_mixture_or_task, **kwargs
+            )
+        return cls.add_provider(name, mixture)
+
+    @classmethod
+    def get(cls, name: str) -> _core.Mixture:
+        try:
+            return super().get(name)
+        except UnknownNameError as error:
+            raise _not_registered(error) from None
+
+
+def get_mixture_or_task(task_or_mixture_name: str) -> Any:
+    """The registered Task or Mixture of that name.
+
+    Raises:
+      NotRegisteredError: (a ValueError and a KeyError) listing the closest names.
+    """
+    try:
+        return _core.get_mixture_or_task(task_or_mixture_name)
+    except UnknownNameError as error:
+        raise _not_registered(error) from None
+
+
+def maybe_get_mixture_or_task(task: Any) -> Any:
+    """A provider by name, or the provider given."""
+    return get_mixture_or_task(task) if isinstance(task, str) else task
+
+
+def get_subtasks(task_or_mixture: Any) -> list[_core.Task]:
+    """The leaf tasks of a task (itself) or a mixture."""
+    return list(task_or_mixture.tasks)
+
+
+def get_dataset(
+    mixture_or_task_name: Any,
+    task_feature_lengths: Mapping[str, Any] | None,
+    feature_converter: Any = None,
+    dataset_split: str = "train",
+    use_cached: bool = False,
+    shuffle: bool = False,
+    num_epochs: int | None = 1,
+    shard_info: ShardInfo | None = None,
+    verbose: bool = True,
+    seed: int | None = None,
+    batch_size: int | None = None,
+    trim_output_features: bool = True,
+) -> tf.data.Dataset:
+    """A task's (or mixture's) examples through a feature converter, optionally batched.
+
+    ``feature_converter=None`` uses a PassThroughFeatureConverter (examples unchanged).
+    """
+    from t5x.tasks._seqio_compat import get_dataset as _get_dataset
+
+    return _get_dataset(
+        maybe_get_mixture_or_task(mixture_or_task_name),
+        task_feature_lengths,
+        feature_converter=feature_converter,
+        dataset_split=dataset_split,
+        use_cached=use_cached,
+        shuffle=shuffle,
+        num_epochs=num_epochs,
+        shard_info=shard_info,
+        verbose=verbose,
+        seed=seed,
+        batch_size=batch_size,
+        trim_output_features=trim_output_features,
+    )
+
+
+__all__ = [
+    "CacheDatasetPlaceholder",
+    "ContinuousFeature",
+    "DataSource",
+    "DatasetProviderBase",
+    "DatasetProviderRegistry",
+    "Feature",
+    "FileDataSource",
+    "FunctionDataSource",
+    "Mixture",
+    "MixtureRegistry",
+    "NotRegisteredError",
+    "ProtoDataSource",
+    "ShardInfo",
+    "SourceInfo",
+    "TFExampleDataSource",
+    "Task",
+    "TaskRegistry",
+    "TextLineDataSource",
+    "TfdsDataSource",
+    "get_dataset",
+    "get_mixture_or_task",
+    "get_subtasks",
+    "maybe_get_mixture_or_task",
+]

@@ -1,0 +1,33 @@
+"""``seqio.feature_converters``: task features to model features (the core's converters, seqio's names)."""
+
+from __future__ import annotations
+
+from t5x.feature_converters import (
+    DecoderFeatureConverter,
+    EncDecFeatureConverter,
+    EncoderFeatureConverter,
+    FeatureConverter,
+    LMFeatureConverter,
+    PassThroughFeatureConverter,
+    PrefixLMFeatureConverter,
+    autoregressive_inputs,
+    make_autoregressive_inputs,
+    non_padding_position,
+    trim_and_pack_dataset,
+)
+from t5x.tasks._seqio_compat import trim_and_pad_dataset
+
+__all__ = [
+    "DecoderFeatureConverter",
+    "EncDecFeatureConverter",
+    "EncoderFeatureConverter",
+    "FeatureConverter",
+    "LMFeatureConverter",
+    "PassThroughFeatureConverter",
+    "PrefixLMFeatureConverter",
+    "autoregressive_inputs",
+    "make_autoregressive_inputs",
+    "non_padding_position",
+    "trim_and_pack_dataset",
+    "trim_and_pad_dataset",
+]

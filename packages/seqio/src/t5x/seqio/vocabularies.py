@@ -1,0 +1,243 @@
+"""``seqio.vocabularies``: the Vocabulary base class and seqio's vocabularies, with seqio's decode rules.
+
+The classes here subclass both ``Vocabulary`` (seqio's hooks) and, where one
+exists, the ``t5x.vocabularies`` class with the same ids, so they work in
+``t5x.tasks`` Tasks and converters and pass ``isinstance`` checks of either side.
+Where the core deliberately decodes differently, these follow seqio (see
+docs/differences.md): ByteVocabulary drops invalid UTF-8 instead of replacing
+it, PassThroughVocabulary decodes to the ids themselves and accepts any
+``eos_id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from t5x import vocabularies as _core
+from t5x.vocabularies import PAD_ID, Vocabulary
+
+_BYTE_OFFSET = 3  # 0 pad, 1 EOS, 2 UNK come before the bytes
+
+
+class ByteVocabulary(_core.ByteVocabulary, Vocabulary):
+    """UTF-8 bytes as ids (ByT5); decoding drops invalid UTF-8, as seqio does."""
+
+    def __init__(self, extra_ids: int = 0):
+        _core.ByteVocabulary.__init__(self, extra_ids)
+
+    @property
+    def bos_id(self) -> int | None:
+        return None
+
+    @property
+    def vocab_size(self) -> int:
+        return self._base_vocab_size + self.extra_ids
+
+    def _encode(self, s: Any) -> list[int]:
+        text = s.decode() if isinstance(s, bytes) else s
+        return [b + _BYTE_OFFSET for b in text.encode("utf-8")]
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        kept = [int(i) - _BYTE_OFFSET for i in ids if _BYTE_OFFSET <= int(i) < _BYTE_OFFSET + 256]
+        return bytes(kept).decode("utf-8", errors="ignore")
+
+    def _encode_tf(self, s: Any) -> Any:
+        return _core.ByteVocabulary.encode_tf(self, s)
+
+    def _decode_tf(self, ids: Any) -> Any:
+        import tensorflow as tf
+
+        in_range = tf.logical_and(ids >= _BYTE_OFFSET, ids < _BYTE_OFFSET + 256)
+        kept = tf.ragged.boolean_mask(ids, in_range) - _BYTE_OFFSET
+        table = tf.constant([bytes([b]) for b in range(256)])
+        joined = tf.strings.reduce_join(tf.gather(table, kept), axis=-1)
+        return tf.strings.unicode_transcode(joined, "UTF-8", "UTF-8", errors="ignore")
+
+    encode = Vocabulary.encode
+    decode = Vocabulary.decode
+    encode_tf = Vocabulary.encode_tf
+    decode_tf = Vocabulary.decode_tf
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _core.ByteVocabulary):
+            return False
+        return self.extra_ids == other.extra_ids
+
+    __hash__ = _core.ByteVocabulary.__hash__
+
+
+class SentencePieceVocabulary(_core.SentencePieceVocabulary, Vocabulary):
+    """A SentencePiece model with optional sentinels, seqio's constructor included.
+
+    ``use_fast_tokenizer`` is accepted and has no effect: the tf path always runs
+    the same SentencePiece processor as the Python path, so both give the same ids.
+    """
+
+    def __init__(
+        self,
+        sentencepiece_model_file: str,
+        extra_ids: int = 0,
+        normalizer_spec_overrides: Any = None,
+        reverse_extra_ids: bool = True,
+        use_fast_tokenizer: bool = False,
+    ):
+        self._use_fast_tokenizer = bool(use_fast_tokenizer)
+        _core.SentencePieceVocabulary.__init__(
+            self, sentencepiece_model_file, extra_ids, normalizer_spec_overrides, reverse_extra_ids
+        )
+
+    def load_model(self) -> None:
+        """Loads the model now (it is loaded at construction already; kept for seqio code)."""
+        _ = self.tokenizer
+
+    def _encode(self, s: Any) -> list[int]:
+        return _core.SentencePieceVocabulary.encode(self, s)
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return _core.SentencePieceVocabulary.decode(self, list(map(int, ids)))
+
+    def _encode_tf(self, s: Any) -> Any:
+        return _core.SentencePieceVocabulary.encode_tf(self, s)
+
+    def _decode_tf(self, ids: Any) -> Any:
+        return _core.SentencePieceVocabulary.decode_tf(self, ids)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._base_vocab_size
+
+    @property
+    def _base_vocab_size(self) -> int:
+        # seqio counts the added sentinel pieces in the base size of a SentencePiece model.
+        return _core.SentencePieceVocabulary.vocab_size.fget(self)  # type: ignore[attr-defined]
+
+
+class PassThroughVocabulary(Vocabulary):
+    """Ids in, ids out, as seqio's: ``decode`` returns the ids through the first EOS.
+
+    Args:
+      size: the number of ids.
+      eos_id: the end-of-sequence id (any value seqio accepts, None for none).
+    """
+
+    def __init__(self, size: int, eos_id: Any | None = None):
+        self._size = size
+        self._eos_id = eos_id
+        super().__init__()
+
+    @property
+    def _base_vocab_size(self) -> int:
+        return self._size
+
+    def _encode(self, s: Any) -> Any:
+        return s
+
+    def _decode(self, ids: Any) -> Any:
+        return ids
+
+    def _encode_tf(self, s: Any) -> Any:
+        return s
+
+    def _decode_tf(self, ids: Any) -> Any:
+        return ids
+
+    @property
+    def eos_id(self) -> Any | None:
+        return self._eos_id
+
+    @property
+    def unk_id(self) -> None:
+        return None
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PassThroughVocabulary):
+            return False
+        return self._size == other._size and self.eos_id == other.eos_id
+
+    def __hash__(self) -> int:
+        return hash((PassThroughVocabulary, self._size, self._eos_id))
+
+    def __str__(self) -> str:
+        return f"PassThroughVocabulary(size={self._size}, eos_id={self.eos_id})"
+
+
+class UnigramVocabulary(Vocabulary):
+    """One id per known token (PAD is 0, UNK the last id), as seqio's.
+
+    Args:
+      unigrams: the known tokens (without PAD and UNK).
+      split_on_space: encode/decode split and join on spaces; otherwise the
+        whole text is one token (decode still joins with spaces, decode_tf
+        returns the first token).
+    """
+
+    def __init__(self, unigrams: Sequence[str], split_on_space: bool = False):
+        super().__init__()
+        self._unigram_by_id = ["PAD", *unigrams, "UNK"]
+        self._id_by_unigram = {u: i for i, u in enumerate(self._unigram_by_id)}
+        self._split_on_space = split_on_space
+        self._tables: Any = None
+
+    def _tf_tables(self) -> Any:
+        import tensorflow as tf
+
+        if self._tables is None:
+            known = self._unigram_by_id[:-1]
+            init = tf.lookup.KeyValueTensorInitializer(
+                tf.constant(known), tf.constant(range(len(known)), dtype=tf.int64)
+            )
+            self._tables = (
+                tf.lookup.StaticVocabularyTable(init, num_oov_buckets=1),
+                tf.constant(self._unigram_by_id),
+            )
+        return self._tables
+
+    def _encode(self, s: str) -> list[int]:
+        tokens = s.split(" ") if self._split_on_space else [s]
+        return [self._id_by_unigram.get(t, self.unk_id) for t in tokens]
+
+    def _encode_tf(self, s: Any) -> Any:
+        import tensorflow as tf
+
+        table, _ = self._tf_tables()
+        if self._split_on_space:
+            return tf.cast(table.lookup(tf.strings.split(s, " ")), tf.int32)
+        return tf.expand_dims(tf.cast(table.lookup(s), tf.int32), -1)
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return " ".join(self._unigram_by_id[int(i)] for i in ids)
+
+    def _decode_tf(self, ids: Any) -> Any:
+        import tensorflow as tf
+
+        _, words = self._tf_tables()
+        if self._split_on_space:
+            return tf.strings.reduce_join(tf.gather(words, ids), axis=-1, separator=" ")
+        return words[ids[0]]
+
+    @property
+    def _base_vocab_size(self) -> int:
+        return len(self._unigram_by_id)
+
+    @property
+    def eos_id(self) -> None:
+        return None
+
+    @property
+    def unk_id(self) -> int:
+        return self._base_vocab_size - 1
+
+
+__all__ = [
+    "PAD_ID",
+    "ByteVocabulary",
+    "PassThroughVocabulary",
+    "SentencePieceVocabulary",
+    "UnigramVocabulary",
+    "Vocabulary",
+]
