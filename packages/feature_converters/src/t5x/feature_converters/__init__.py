@@ -25,6 +25,12 @@ from t5x.feature_converters._packing import (
     trim_and_pack_dataset,
     trim_and_pad_dataset,
 )
+from t5x.feature_converters._seqio_extras import (
+    PrefixSuffixLMFeatureConverter,
+    PrePackedEncDecFeatureConverter,
+    PrePackedLMFeatureConverter,
+    PrePackedPrefixLMFeatureConverter,
+)
 
 __all__ = [
     "PACKING_STRATEGIES",
@@ -36,6 +42,10 @@ __all__ = [
     "LMFeatureConverter",
     "PassThroughFeatureConverter",
     "PrefixLMFeatureConverter",
+    "PrePackedEncDecFeatureConverter",
+    "PrePackedLMFeatureConverter",
+    "PrePackedPrefixLMFeatureConverter",
+    "PrefixSuffixLMFeatureConverter",
     "autoregressive_inputs",
     "make_autoregressive_inputs",
     "non_padding_position",

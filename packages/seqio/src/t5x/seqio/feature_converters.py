@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 from t5x.feature_converters import (
-    DecoderFeatureConverter,
-    EncDecFeatureConverter,
     EncoderFeatureConverter,
     FeatureConverter,
     LMFeatureConverter,
     PassThroughFeatureConverter,
-    PrefixLMFeatureConverter,
     autoregressive_inputs,
     make_autoregressive_inputs,
     non_padding_position,
     trim_and_pack_dataset,
+)
+from t5x.feature_converters._seqio_extras import (
+    DecoderFeatureConverter,
+    EncDecFeatureConverter,
+    PrefixLMFeatureConverter,
+    PrefixSuffixLMFeatureConverter,
+    PrePackedEncDecFeatureConverter,
+    PrePackedLMFeatureConverter,
+    PrePackedPrefixLMFeatureConverter,
 )
 from t5x.tasks._seqio_compat import trim_and_pad_dataset
 
@@ -24,7 +30,11 @@ __all__ = [
     "FeatureConverter",
     "LMFeatureConverter",
     "PassThroughFeatureConverter",
+    "PrePackedEncDecFeatureConverter",
+    "PrePackedLMFeatureConverter",
+    "PrePackedPrefixLMFeatureConverter",
     "PrefixLMFeatureConverter",
+    "PrefixSuffixLMFeatureConverter",
     "autoregressive_inputs",
     "make_autoregressive_inputs",
     "non_padding_position",

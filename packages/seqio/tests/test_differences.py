@@ -1,0 +1,112 @@
+"""Every row of docs/differences.md: what the core does, and what the seqio facade does instead."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import t5x.seqio as seqio
+import t5x.tasks as core
+import t5x.vocabularies as core_vocab
+
+
+def test_text_line_source_core_yields_dicts_facade_yields_strings(tmp_path):
+    path = tmp_path / "lines.txt"
+    path.write_text("first\nsecond\n")
+    core_ex = next(iter(core.TextLineDataSource({"train": str(path)}).get_dataset("train", shuffle=False)))
+    facade_ex = next(iter(seqio.TextLineDataSource({"train": str(path)}).get_dataset("train", shuffle=False)))
+    assert core_ex["text"].numpy() == b"first"
+    assert isinstance(facade_ex, tf.Tensor) and facade_ex.numpy() == b"first"
+
+
+class _ShapeRecorder(seqio.Vocabulary):
+    """Records the shape of every string tensor ``encode_tf`` is handed (at trace time)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ranks: list[int] = []
+
+    eos_id = property(lambda self: 1)
+    unk_id = property(lambda self: 2)
+    _base_vocab_size = property(lambda self: 259)
+
+    def _encode(self, s):
+        return [b + 3 for b in s.encode()]
+
+    def _decode(self, ids):
+        return bytes(i - 3 for i in ids if 3 <= i < 259).decode()
+
+    def _encode_tf(self, s):
+        self.ranks.append(s.shape.rank)
+        return core_vocab.ByteVocabulary().encode_tf(s)
+
+    def _decode_tf(self, ids):
+        return core_vocab.ByteVocabulary().decode_tf(ids)
+
+
+def test_tokenize_core_encodes_batches_facade_encodes_one_string():
+    texts = tf.data.Dataset.from_tensor_slices({"targets": ["ab", "c", "def"]})
+    core_vocab_spy, facade_vocab_spy = _ShapeRecorder(), _ShapeRecorder()
+    core_out = list(core.tokenize(texts, {"targets": core.Feature(core_vocab_spy)}).as_numpy_iterator())
+    facade_out = list(
+        seqio.preprocessors.tokenize(texts, {"targets": seqio.Feature(facade_vocab_spy)}).as_numpy_iterator()
+    )
+    assert core_vocab_spy.ranks == [1]  # one [batch] string tensor per call
+    assert facade_vocab_spy.ranks == [0]  # one scalar string per call, as seqio
+    for a, b in zip(core_out, facade_out, strict=True):
+        np.testing.assert_array_equal(a["targets"], b["targets"])
+
+
+def test_passthrough_decode_core_gives_text_facade_gives_ids():
+    assert core_vocab.PassThroughVocabulary(10, eos_id=1).decode([5, 7, 3, 1, 9]) == "5 7 3"
+    # seqio keeps ids through the first EOS (the EOS included) and returns them as they are.
+    assert seqio.PassThroughVocabulary(10, eos_id=1).decode([5, 7, 3, 1, 9]) == [5, 7, 3, 1]
+    ids = seqio.PassThroughVocabulary(10, eos_id=1).decode_tf(tf.constant([5, 1, 9]))
+    np.testing.assert_array_equal(ids.numpy(), [5, 1, 0])
+
+
+def test_passthrough_eos_true_core_refuses_facade_accepts():
+    with pytest.raises(TypeError, match="eos_id"):
+        core_vocab.PassThroughVocabulary(10, eos_id=True)
+    vocab = seqio.PassThroughVocabulary(10, eos_id=True)
+    assert vocab.eos_id is True
+    assert vocab.decode([4, 1, 6]) == [4, 1]  # True == 1: cut after the first 1, as seqio
+
+
+def test_byte_vocabulary_invalid_utf8_core_replaces_facade_drops():
+    ids = [3 + 0x68, 3 + 0xFF, 3 + 0x69]  # "h", a byte that is never valid UTF-8, "i"
+    assert core_vocab.ByteVocabulary().decode(ids) == "h\ufffdi"
+    assert seqio.ByteVocabulary().decode(ids) == "hi"
+    assert core_vocab.ByteVocabulary().decode_tf(tf.constant(ids)).numpy().decode() == "h\ufffdi"
+    assert seqio.ByteVocabulary().decode_tf(tf.constant(ids)).numpy() == b"hi"
+
+
+def _seeded_noise(ex, seed):
+    return {"x": tf.random.stateless_uniform([], seed=seed, maxval=1_000_000, dtype=tf.int64)}
+
+
+def test_seeding_core_by_position_facade_by_map_seed_manager():
+    ds = tf.data.Dataset.range(3).map(lambda i: {"x": i})
+    facade_fn = seqio.map_over_dataset(_seeded_noise, num_seeds=1)
+    with seqio.map_seed_manager(5):
+        first = [ex["x"] for ex in facade_fn(ds).as_numpy_iterator()]
+    with seqio.map_seed_manager(5):
+        again = [ex["x"] for ex in facade_fn(ds).as_numpy_iterator()]
+    # seqio: example n's seed is the n-th draw of tf.data random streams seeded 5 and 6.
+    streams = list(tf.data.Dataset.zip((tf.data.Dataset.random(5), tf.data.Dataset.random(6))).take(3))
+    expected = [
+        int(tf.random.stateless_uniform([], seed=tf.stack(pair), maxval=1_000_000, dtype=tf.int64))
+        for pair in streams
+    ]
+    assert first == again == expected
+
+    core_fn = core.map_over_dataset(_seeded_noise, num_seeds=1)
+    from t5x.tasks._utils import preprocessor_seed_scope
+
+    with preprocessor_seed_scope(5), seqio.map_seed_manager(123):
+        core_a = [ex["x"] for ex in core_fn(ds).as_numpy_iterator()]
+    with preprocessor_seed_scope(5), seqio.map_seed_manager(999):
+        core_b = [ex["x"] for ex in core_fn(ds).as_numpy_iterator()]
+    assert core_a == core_b  # the core ignores map_seed_manager: its seeds come from the task seed
+    assert core_a != first
