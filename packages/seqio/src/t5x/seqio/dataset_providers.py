@@ -551,9 +551,18 @@ class Task(_core.Task):
         self,
         dataset: tf.data.Dataset,
         sequence_length: Mapping[str, Any] | None = None,
-        seed: int | None = None,
+        seed: Any = None,
+        trim_output_features: bool | None = None,
     ) -> tf.data.Dataset:
-        """Every preprocessor, pre- and post-cache."""
+        """Every preprocessor, pre- and post-cache.
+
+        t5x.tasks' input pipeline (what t5x-launch trains from) calls this with the
+        core's contract, a seed tensor and ``trim_output_features``; that call runs
+        the core's preprocessing, so a seqio task module trains under t5x-launch.
+        """
+        if trim_output_features is not None or tf.is_tensor(seed):
+            trim = True if trim_output_features is None else trim_output_features
+            return _core.Task.preprocess(self, dataset, sequence_length, seed=seed, trim_output_features=trim)
         return self.preprocess_postcache(self.preprocess_precache(dataset, seed), sequence_length, seed)
 
     def _validate_preprocessing(self, dataset: tf.data.Dataset) -> tf.data.Dataset:

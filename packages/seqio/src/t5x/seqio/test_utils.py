@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from t5x.seqio import dataset_providers, feature_converters, preprocessors, utils, vocabularies
-from t5x.tasks import Evaluator
+from t5x.seqio.evaluation import Evaluator
 
 TaskRegistry = dataset_providers.TaskRegistry
 MixtureRegistry = dataset_providers.MixtureRegistry
