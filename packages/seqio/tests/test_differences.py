@@ -110,3 +110,64 @@ def test_seeding_core_by_position_facade_by_map_seed_manager():
         core_b = [ex["x"] for ex in core_fn(ds).as_numpy_iterator()]
     assert core_a == core_b  # the core ignores map_seed_manager: its seeds come from the task seed
     assert core_a != first
+
+
+def test_tfexample_varlen_core_densifies_facade_keeps_sparse(tmp_path):
+    path = str(tmp_path / "data.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        writer.write(seqio.dict_to_tfexample({"ids": [4, 5]}).SerializeToString())
+    description = {"ids": tf.io.VarLenFeature(tf.int64)}
+    core_ex = next(iter(core.TFExampleDataSource({"train": path}, description).get_dataset("train", shuffle=False)))
+    facade_ex = next(iter(seqio.TFExampleDataSource({"train": path}, description).get_dataset("train", shuffle=False)))
+    assert isinstance(core_ex["ids"], tf.Tensor) and core_ex["ids"].numpy().tolist() == [4, 5]
+    assert isinstance(facade_ex["ids"], tf.SparseTensor)
+
+
+def test_too_few_files_for_the_shards_core_shards_examples_facade_refuses(tmp_path):
+    (tmp_path / "only.txt").write_text("a\nb\n")
+    shard = seqio.ShardInfo(1, 2)
+    core_src = core.TextLineDataSource({"train": str(tmp_path / "only.txt")})
+    assert [ex["text"].numpy() for ex in core_src.get_dataset("train", shuffle=False, shard_info=shard)] == [b"b"]
+    with pytest.raises(ValueError, match="too few"):
+        seqio.TextLineDataSource({"train": str(tmp_path / "only.txt")}).get_dataset("train", shard_info=shard)
+
+
+def test_unknown_name_core_raises_key_error_facade_also_value_error():
+    with pytest.raises(KeyError) as core_error:
+        core.get_mixture_or_task("no_such_provider")
+    assert not isinstance(core_error.value, ValueError)
+    with pytest.raises(ValueError, match="no_such_provider"):
+        seqio.get_mixture_or_task("no_such_provider")
+
+
+def test_evaluator_core_calls_per_batch_facade_once_per_task(clean_registry):
+    vocab = seqio.ByteVocabulary()
+
+    def accuracy(targets, predictions):
+        return {"acc": float(np.mean([t == p for t, p in zip(targets, predictions)]))}
+
+    rows = [{"inputs": "a", "targets": "b"}] * 3
+    core.TaskRegistry.add(
+        "diff_eval",
+        source=core.InMemoryDataSource({"validation": rows}),
+        preprocessors=[core.tokenize, core.append_eos],
+        output_features={"inputs": core.Feature(vocab), "targets": core.Feature(vocab)},
+        metric_fns=[accuracy],
+    )
+    converter = seqio.EncDecFeatureConverter(pack=False)
+    batch_sizes = []
+
+    def core_predict(batch):
+        batch_sizes.append(len(batch["decoder_target_tokens"]))
+        return list(batch["decoder_target_tokens"])
+
+    future = core.Evaluator("diff_eval", converter, batch_size=2).evaluate(compute_metrics=True, predict_fn=core_predict)
+    assert batch_sizes == [2, 2] and future.result()["diff_eval"] == {"acc": 1.0}
+
+    def seqio_predict(ds):
+        batch_sizes.append(-len(list(ds)))
+        return [(int(i), ex["decoder_target_tokens"]) for i, ex in ds.as_numpy_iterator()]
+
+    future, tokens, _ = seqio.Evaluator("diff_eval", converter).evaluate(compute_metrics=True, predict_fn=seqio_predict)
+    assert batch_sizes[-1] == -3 and future.result()["diff_eval"] == {"acc": 1.0}
+    assert len(tokens["diff_eval"]) == 3
