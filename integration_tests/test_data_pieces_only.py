@@ -25,8 +25,9 @@ SCRIPT = r"""
 import json
 import t5x.feature_converters as fc
 import t5x.tasks as tasks
+from t5x.tasks.builtin import register_builtin_tasks
 
-tasks.register_builtin_tasks()
+register_builtin_tasks()
 lengths = {"inputs": 128, "targets": 128}
 # Short text-to-text examples: several fit in one packed row.
 task = tasks.get_mixture_or_task("synthetic_copy")

@@ -41,7 +41,7 @@ def prepare(workdir: str, num_docs: int) -> tuple[str, str]:
     if os.path.exists(model_prefix + ".model"):
         return data_dir, model_prefix + ".model"
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "packages", "tasks", "src"))
-    from t5x.tasks._synthetic import generate_corpus  # stdlib + numpy only
+    from t5x.tasks.builtin import generate_corpus  # no TensorFlow needed
 
     docs = generate_corpus(num_docs, seed=123, min_sentences=5, max_sentences=60)
     os.makedirs(data_dir, exist_ok=True)

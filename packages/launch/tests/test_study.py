@@ -121,6 +121,7 @@ def test_adaptation_recipes_restore_parameters_only_and_keep_the_step(recipe, tm
 
 
 def test_multitask_finetune_recipe_builds_on_a_mixture(tmp_path):
+    t5x.tasks.builtin.register_builtin_tasks()  # the recipe fine-tunes on a built-in mixture
     _parse(
         ["study/models/non_causal_decoder_tiny.gin", "study/adapt/multitask_finetune.gin"],
         [

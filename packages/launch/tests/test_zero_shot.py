@@ -14,7 +14,7 @@ import t5x.tasks as tt
 from t5x import models
 from t5x.launch import ZeroShotReport, evaluate_zero_shot, load_checkpoint_params
 from t5x.launch._cli import main
-from t5x.tasks._prompted_mc import MC_PROMPTS
+from t5x.tasks.builtin import MC_PROMPTS
 
 ARCHITECTURES = ("encoder_decoder", "causal_decoder", "non_causal_decoder")
 NUM_EXAMPLES = 12

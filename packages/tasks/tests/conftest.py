@@ -1,4 +1,4 @@
-"""Fixtures for the t5x.tasks tests."""
+"""Fixtures for the t5x.tasks tests (the built-in tasks are registered for all of them)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import sys
 import pytest
 
 import t5x.tasks as tt
+from t5x.tasks.builtin import register_builtin_tasks
 from t5x.vocabularies import ByteVocabulary
 
 sys.path.insert(0, os.path.dirname(__file__))
+register_builtin_tasks()
 
 
 @pytest.fixture(scope="session")

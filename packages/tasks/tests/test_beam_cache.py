@@ -17,7 +17,7 @@ import tensorflow as tf
 
 import t5x.tasks as tt
 from t5x.interfaces import ShardInfo
-from t5x.tasks._beam_cache import (
+from t5x.tasks._offline_cache import (
     COMPLETED,
     add_global_cache_dirs,
     find_task_cache,

@@ -7,8 +7,8 @@ import pytest
 from tasks_testlib import PadConverter
 
 import t5x.tasks as tt
-from t5x.tasks._prompted_mc import MC_DATASETS, MC_PROMPTS, NUM_CHOICES
-from t5x.tasks._synthetic import _PLACES
+from t5x.tasks.builtin import MC_DATASETS, MC_PROMPTS, NUM_CHOICES
+from t5x.tasks.builtin._synthetic import _PLACES
 
 
 def test_every_dataset_and_prompt_is_registered_with_mixtures():

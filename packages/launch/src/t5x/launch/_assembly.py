@@ -33,8 +33,9 @@ def check_components(**components: Any) -> None:
 def get_provider(cfg: DatasetConfig) -> Any:
     """The Task or Mixture ``cfg`` names (importing ``cfg.module`` first)."""
     import t5x.tasks
+    from t5x.tasks.builtin import register_builtin_tasks
 
-    t5x.tasks.register_builtin_tasks()
+    register_builtin_tasks()
     if cfg.module:
         try:
             importlib.import_module(cfg.module)

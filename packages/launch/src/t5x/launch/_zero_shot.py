@@ -65,10 +65,11 @@ def _check_model(model: Any) -> None:
 def _resolve(task_names: Sequence[str] | None) -> tuple[list[Any], dict[str, list[str]]]:
     """The leaf tasks to evaluate (each once, in order) and, per requested mixture, its tasks."""
     import t5x.tasks
+    from t5x.tasks.builtin import BUILTIN_MC_TASKS, register_builtin_tasks
 
-    t5x.tasks.register_builtin_tasks()
+    register_builtin_tasks()
     if task_names is None:
-        task_names = t5x.tasks.BUILTIN_MC_TASKS
+        task_names = BUILTIN_MC_TASKS
     if isinstance(task_names, str):
         raise TypeError(
             f"evaluate_zero_shot: task_names must be a list of names, got the string {task_names!r}"

@@ -1,18 +1,14 @@
 """Data sources, Tasks, Mixtures, T5 preprocessors and deterministic resumable pipelines on tf.data.
 
 No JAX, Flax or Optax is imported. Names and signatures follow seqio's, so a
-task definition ports by changing imports.
+task definition ports by changing imports. Importing this package registers
+nothing and does not import TensorFlow (the first dataset built does); the
+built-in demo tasks live in ``t5x.tasks.builtin`` and are registered by
+``t5x.tasks.builtin.register_builtin_tasks()``.
 """
 
-from t5x.tasks._beam_cache import add_global_cache_dirs, get_global_cache_dirs, set_global_cache_dirs
-from t5x.tasks._builtin import (
-    BUILTIN_MIXTURES,
-    BUILTIN_TASKS,
-    builtin_vocabulary,
-    exact_match,
-    register_builtin_tasks,
-    token_accuracy,
-)
+from typing import Any
+
 from t5x.tasks._evaluator import Evaluator
 from t5x.tasks._feature import Feature
 from t5x.tasks._iterator import BatchIterator, get_input_iterator
@@ -42,6 +38,7 @@ from t5x.tasks._objectives import (
     split_tokens_to_inputs_length,
     split_tokens_to_targets_length,
 )
+from t5x.tasks._offline_cache import add_global_cache_dirs, get_global_cache_dirs, set_global_cache_dirs
 from t5x.tasks._optional_sources import HuggingFaceDataSource, TfdsDataSource
 from t5x.tasks._preprocessors import (
     append_eos,
@@ -52,12 +49,6 @@ from t5x.tasks._preprocessors import (
     tokenize,
     tokenize_and_append_eos,
     translate,
-)
-from t5x.tasks._prompted_mc import (
-    BUILTIN_MC_MIXTURES,
-    BUILTIN_MC_TASKS,
-    make_mc_examples,
-    register_prompted_mc_tasks,
 )
 from t5x.tasks._rank_classification import rank_classification, rank_classification_postprocessor
 from t5x.tasks._registry import (
@@ -77,12 +68,43 @@ from t5x.tasks._sources import (
     TextLineDataSource,
     TFExampleDataSource,
 )
-from t5x.tasks._study_tasks import STUDY_OBJECTIVES, builtin_corpus_source, objective_task
-from t5x.tasks._synthetic import generate_corpus
 from t5x.tasks._task import CacheDatasetPlaceholder, Task
 from t5x.tasks._utils import map_over_dataset, stateless_shuffle
 
-register_builtin_tasks()
+# Names that moved to t5x.tasks.builtin; still reachable here (gin files say
+# `@tasks.builtin_vocabulary()`), loading that package on first use.
+_BUILTIN_NAMES = frozenset(
+    {
+        "BUILTIN_MC_MIXTURES",
+        "BUILTIN_MC_TASKS",
+        "BUILTIN_MIXTURES",
+        "BUILTIN_TASKS",
+        "STUDY_OBJECTIVES",
+        "builtin_corpus_source",
+        "builtin_vocabulary",
+        "exact_match",
+        "generate_corpus",
+        "make_mc_examples",
+        "objective_task",
+        "register_builtin_tasks",
+        "register_prompted_mc_tasks",
+        "token_accuracy",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "builtin" or name in _BUILTIN_NAMES:
+        import importlib
+
+        builtin = importlib.import_module("t5x.tasks.builtin")
+        return builtin if name == "builtin" else getattr(builtin, name)
+    raise AttributeError(f"module 't5x.tasks' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), "builtin", *_BUILTIN_NAMES})
+
 
 __all__ = [
     "Evaluator",

@@ -1,17 +1,11 @@
-"""Offline caching of tasks' pre-cache preprocessing as an Apache Beam pipeline, and reading it back.
+"""Offline caching of tasks' pre-cache preprocessing as an Apache Beam pipeline.
 
-Layout of one task's cache, ``{cache_dir}/{task_dir}/``:
-  ``{split}.tfrecord-{i:05d}-of-{n:05d}``  examples, each a tf.train.Example whose
-      features hold serialized TensorProtos (any dtype and rank round-trips);
-  ``info.{split}.json``   feature dtypes/shapes, shard count, seed;
-  ``stats.{split}.json``  example count and token totals per feature;
-  ``COMPLETED``           written last, only after every file above exists.
+The files written are described in ``_offline_cache``, which reads them back.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import logging
 import os
@@ -19,52 +13,16 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
 from t5x.interfaces import ShardInfo
-from t5x.tasks._shard import shard_examples, shard_files
+from t5x.tasks._lazy_tf import tf
+from t5x.tasks._offline_cache import COMPLETED, shard_path, task_cache_dir
+from t5x.tasks._registry import TaskRegistry, get_mixture_or_task, get_subtasks
 from t5x.tasks._task import CacheDatasetPlaceholder, Task
+from t5x.tasks._task_modules import import_task_modules
 
 _log = logging.getLogger("t5x.tasks.cache")
-COMPLETED = "COMPLETED"
 DEFAULT_NUM_INPUT_SHARDS = 8
-_GLOBAL_CACHE_DIRS: list[str] = []
-
-
-def add_global_cache_dirs(cache_dirs: Iterable[str]) -> None:
-    """Adds folders where ``get_dataset(use_cached=True)`` looks for caches (searched in order)."""
-    if isinstance(cache_dirs, str):
-        raise TypeError(f"add_global_cache_dirs takes a list of folders, got the string {cache_dirs!r}")
-    for d in cache_dirs:
-        if d not in _GLOBAL_CACHE_DIRS:
-            _GLOBAL_CACHE_DIRS.append(d)
-
-
-def set_global_cache_dirs(cache_dirs: Iterable[str]) -> None:
-    """Replaces the folders searched for caches."""
-    _GLOBAL_CACHE_DIRS.clear()
-    add_global_cache_dirs(cache_dirs)
-
-
-def get_global_cache_dirs() -> list[str]:
-    """The folders searched for caches, in order."""
-    return list(_GLOBAL_CACHE_DIRS)
-
-
-def task_cache_dir(cache_dir: str, task_name: str) -> str:
-    """The folder holding ``task_name``'s cache inside ``cache_dir``."""
-    return os.path.join(cache_dir, task_name.replace("/", "__"))
-
-
-def _shard_path(task_dir: str, split: str, index: int, num_shards: int) -> str:
-    return os.path.join(task_dir, f"{split}.tfrecord-{index:05d}-of-{num_shards:05d}")
-
-
-def _how_to_build(task_name: str, cache_dir: str) -> str:
-    return (
-        f"build it with `t5x-tasks cache --module_import=<module registering the task> --tasks={task_name} "
-        f"--output_cache_dir={cache_dir}`"
-    )
 
 
 # ---- writing ------------------------------------------------------------------
@@ -149,11 +107,6 @@ def merge_stats(many: Iterable[dict[str, int]]) -> dict[str, int]:
     return out
 
 
-def import_modules(modules: Sequence[str]) -> None:
-    for module in modules:
-        importlib.import_module(module)
-
-
 def read_source_shard(
     task_name: str,
     split: str,
@@ -164,9 +117,7 @@ def read_source_shard(
     modules: Sequence[str],
 ) -> Iterator[tuple[int, tuple[bytes, bytes, dict[str, int]]]]:
     """Beam step: yields ``(output shard, (shuffle key, record, stats))`` for one source shard."""
-    import_modules(modules)
-    from t5x.tasks._registry import TaskRegistry
-
+    import_task_modules(modules)
     task = TaskRegistry.get(task_name)
     for position, example in enumerate(
         precache_dataset(task, split, shard, num_shards, seed).as_numpy_iterator()
@@ -187,7 +138,7 @@ def write_output_shard(
     """Beam step: writes one output shard, examples sorted by shuffle key, through a temp file + rename."""
     index, records = item
     records = sorted(records, key=lambda r: r[0])
-    path = _shard_path(task_dir, split, index, num_shards)
+    path = shard_path(task_dir, split, index, num_shards)
     tmp = f"{path}.incomplete"
     with tf.io.TFRecordWriter(tmp) as writer:
         for _, record, _ in records:
@@ -207,7 +158,7 @@ def finalize_task(
         shards = {index: stats for s, index, stats in written if s == split}
         for index in range(info["num_shards"]):
             if index not in shards:  # no example hashed to it: still write it so the set is complete
-                with tf.io.TFRecordWriter(_shard_path(task_dir, split, index, info["num_shards"])):
+                with tf.io.TFRecordWriter(shard_path(task_dir, split, index, info["num_shards"])):
                     pass
         stats = merge_stats(shards.values())
         stats.setdefault("examples", 0)
@@ -224,12 +175,31 @@ def _write_json(path: str, value: Any) -> None:
     tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
+def tasks_to_cache(task_names: Sequence[str], excluded_tasks: Sequence[str] = ()) -> list[Task]:
+    """The registered tasks ``task_names`` expand to (mixtures to their tasks), each once, in order.
+
+    ``excluded_tasks`` are removed after that expansion, so excluding a task
+    drops it from every mixture that holds it; excluding a mixture drops its tasks.
+
+    Raises:
+      UnknownNameError: (a KeyError) a name in either list is not registered.
+    """
+    excluded = {task.name for name in excluded_tasks for task in get_subtasks(get_mixture_or_task(name))}
+    tasks: dict[str, Task] = {}
+    for name in task_names:
+        for task in get_subtasks(get_mixture_or_task(name)):
+            if task.name not in excluded:
+                tasks.setdefault(task.name, task)
+    return list(tasks.values())
+
+
 def add_cache_pipeline(
     pipeline: Any,
     task_names: Sequence[str],
     output_cache_dir: str,
     *,
     modules: Sequence[str] = (),
+    excluded_tasks: Sequence[str] = (),
     splits: Sequence[str] | None = None,
     num_input_shards: int | None = None,
     num_output_shards: int | None = None,
@@ -250,6 +220,8 @@ def add_cache_pipeline(
       task_names: registered tasks (mixtures expand to their tasks).
       output_cache_dir: the cache root; each task gets a folder in it.
       modules: modules to import on every worker (they register the tasks).
+      excluded_tasks: tasks not to cache, applied after mixtures expand (a
+        mixture here excludes each of its tasks).
       splits: splits to cache (default: all of each task's).
       num_input_shards: pieces to read a non-file source in (default 8).
       num_output_shards: files per split (default: as many as input pieces).
@@ -261,18 +233,13 @@ def add_cache_pipeline(
 
     Raises:
       ValueError: a task without a CacheDatasetPlaceholder or an unknown split.
+      UnknownNameError: (a KeyError) an unknown task, mixture or excluded name.
     """
     import apache_beam as beam
 
-    from t5x.tasks._registry import get_mixture_or_task, get_subtasks
-
-    import_modules(modules)
-    tasks: dict[str, Task] = {}
-    for name in task_names:
-        for task in get_subtasks(get_mixture_or_task(name)):
-            tasks[task.name] = task
+    import_task_modules(modules)
     scheduled = []
-    for task in tasks.values():
+    for task in tasks_to_cache(task_names, excluded_tasks):
         cache_cut(task)
         task_dir = task_cache_dir(output_cache_dir, task.name)
         if tf.io.gfile.exists(os.path.join(task_dir, COMPLETED)) and not overwrite:
@@ -319,81 +286,3 @@ def add_cache_pipeline(
         )
         scheduled.append(task.name)
     return scheduled
-
-
-# ---- reading ------------------------------------------------------------------
-def find_task_cache(task_name: str, cache_dirs: Sequence[str] | None = None) -> str:
-    """The folder of ``task_name``'s complete cache.
-
-    Raises:
-      ValueError: no cache dirs are set, the cache is missing, or it is
-        incomplete (no COMPLETED marker); the message says how to build it.
-    """
-    dirs = list(cache_dirs) if cache_dirs is not None else get_global_cache_dirs()
-    if not dirs:
-        raise ValueError(
-            f"Task {task_name!r}: use_cached=True but no cache folders are set; call "
-            "t5x.tasks.add_global_cache_dirs([...]) with the folder the cache job wrote to, or "
-            + _how_to_build(task_name, "CACHE_DIR")
-        )
-    incomplete = []
-    for d in dirs:
-        task_dir = task_cache_dir(d, task_name)
-        if tf.io.gfile.exists(os.path.join(task_dir, COMPLETED)):
-            return task_dir
-        if tf.io.gfile.exists(task_dir):
-            incomplete.append(task_dir)
-    if incomplete:
-        raise ValueError(
-            f"Task {task_name!r}: the cache in {incomplete[0]} is incomplete (no {COMPLETED} marker: the cache "
-            f"job was interrupted or is still running); rebuild it: " + _how_to_build(task_name, dirs[0])
-        )
-    raise ValueError(f"Task {task_name!r}: no cache found in {dirs}; " + _how_to_build(task_name, dirs[0]))
-
-
-def read_cached_split(
-    task_name: str,
-    split: str,
-    shard_info: ShardInfo | None = None,
-    shuffle: bool = False,
-    seed: int | None = None,
-    cache_dirs: Sequence[str] | None = None,
-) -> tf.data.Dataset:
-    """The cached (pre-cache-preprocessed) examples of one shard of ``split``, in a fixed order.
-
-    Files are read one after another, so the order is the same every time
-    (for ``shuffle``, the file order is permuted with ``seed``) and a reader
-    can resume by position. With at least as many files as shards each shard
-    reads whole files; otherwise each keeps every ``num_shards``-th example.
-
-    Raises:
-      ValueError: missing or incomplete cache, or a split the cache lacks.
-    """
-    task_dir = find_task_cache(task_name, cache_dirs)
-    info_path = os.path.join(task_dir, f"info.{split}.json")
-    if not tf.io.gfile.exists(info_path):
-        with tf.io.gfile.GFile(os.path.join(task_dir, COMPLETED)) as f:
-            cached = json.load(f)["splits"]
-        raise ValueError(
-            f"Task {task_name!r}: the cache in {task_dir} has no split {split!r}; it has {cached}"
-        )
-    with tf.io.gfile.GFile(info_path) as f:
-        info = json.load(f)
-    files = [_shard_path(task_dir, split, i, info["num_shards"]) for i in range(info["num_shards"])]
-    if shuffle:
-        files = [files[i] for i in np.random.default_rng(seed).permutation(len(files))]
-    files, per_example = shard_files(files, shard_info)
-    features = info["features"]
-    ds = tf.data.TFRecordDataset(files)
-    if per_example:
-        ds = shard_examples(ds, shard_info)
-    description = {k: tf.io.FixedLenFeature([], tf.string) for k in features}
-
-    def parse(record: tf.Tensor) -> dict[str, tf.Tensor]:
-        raw = tf.io.parse_single_example(record, description)
-        return {
-            k: tf.ensure_shape(tf.io.parse_tensor(raw[k], tf.as_dtype(f["dtype"])), f["shape"])
-            for k, f in features.items()
-        }
-
-    return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

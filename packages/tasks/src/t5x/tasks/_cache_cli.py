@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from t5x.tasks._cli import warn_renamed_flags
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -14,12 +16,20 @@ def build_parser() -> argparse.ArgumentParser:
         "here are Beam pipeline options (e.g. --runner=DataflowRunner --project=... --region=...).",
     )
     parser.add_argument(
-        "--module_import", action="append", default=[], help="module that registers the tasks; repeatable"
+        "--module_import",
+        action="append",
+        default=[],
+        help="module that registers the tasks (the current folder is searched); repeatable",
     )
+    parser.add_argument("--module", dest="module_import", action="append", help=argparse.SUPPRESS)
     parser.add_argument(
         "--tasks", action="append", required=True, help="task or mixture names, comma-separated; repeatable"
     )
-    parser.add_argument("--excluded_tasks", default="", help="comma-separated task names to leave out")
+    parser.add_argument(
+        "--excluded_tasks",
+        default="",
+        help="comma-separated tasks to leave out, also when a mixture in --tasks includes them",
+    )
     parser.add_argument(
         "--output_cache_dir", required=True, help="cache root (local path or gs://, hdfs://, ...)"
     )
@@ -36,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parses ``argv`` (our flags + Beam pipeline options), builds and runs the pipeline; returns an exit code."""
     args, beam_args = build_parser().parse_known_args(argv)
+    warn_renamed_flags(sys.argv[1:] if argv is None else argv, prog="t5x-tasks cache")
     try:
         import apache_beam  # noqa: F401
     except ImportError:
@@ -89,20 +100,22 @@ def _run(args: argparse.Namespace, beam_args: list[str]) -> int:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from t5x.tasks._beam_cache import add_cache_pipeline, import_modules
+    from t5x.tasks._beam_cache import add_cache_pipeline
+    from t5x.tasks._task_modules import import_task_modules
 
-    import_modules(args.module_import)
-    excluded = {t for t in args.excluded_tasks.split(",") if t}
-    names = [t for item in args.tasks for t in item.split(",") if t and t not in excluded]
+    names = [t for item in args.tasks for t in item.split(",") if t]
+    excluded = [t for t in args.excluded_tasks.split(",") if t]  # removed after mixtures expand
     splits = [s for s in args.splits.split(",") if s] or None
     options = PipelineOptions(beam_args)
     try:
+        import_task_modules(args.module_import)
         with beam.Pipeline(options=options) as pipeline:
             scheduled = add_cache_pipeline(
                 pipeline,
                 names,
                 args.output_cache_dir,
                 modules=args.module_import,
+                excluded_tasks=excluded,
                 splits=splits,
                 num_input_shards=args.num_input_shards,
                 num_output_shards=args.num_shards,
@@ -114,7 +127,10 @@ def _run(args: argparse.Namespace, beam_args: list[str]) -> int:
                 file=sys.stderr,
             )
     except (KeyError, ValueError) as e:
-        print(f"t5x-tasks cache: error: {e}", file=sys.stderr)
+        print(
+            f"t5x-tasks cache: error: {e.args[0] if isinstance(e, KeyError) and e.args else e}",
+            file=sys.stderr,
+        )
         return 2
     return 0
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
+# Old spellings still accepted (with a note on stderr): the flags now follow
+# t5x-launch's and seqio's underscores.
+RENAMED_FLAGS = {"--module": "--module_import", "--sequence-length": "--sequence_length"}
 
 
 def _parse_lengths(items: Sequence[str]) -> dict[str, int] | None:
@@ -18,7 +19,7 @@ def _parse_lengths(items: Sequence[str]) -> dict[str, int] | None:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not value.isdigit():
-            raise SystemExit(f"t5x-tasks: --sequence-length takes FEATURE=INT, got {item!r}")
+            raise SystemExit(f"t5x-tasks: --sequence_length takes FEATURE=INT, got {item!r}")
         out[key] = int(value)
     return out
 
@@ -42,6 +43,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _format_value(value: Any, vocabulary: Any | None) -> list[str]:
+    import numpy as np
+
     if isinstance(value, bytes):
         return [repr(value.decode("utf-8", errors="replace"))]
     array = np.asarray(value)
@@ -86,26 +89,47 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="t5x-tasks", description="Inspect t5x tasks and mixtures.")
+def _add_module_flag(parser: argparse.ArgumentParser, dest: str) -> None:
     parser.add_argument(
-        "--module",
+        "--module_import",
+        dest=dest,
         action="append",
         default=[],
-        help="import this module first (it registers tasks); repeatable",
+        help="import this module first (it registers tasks; the current folder is searched); repeatable",
     )
+    parser.add_argument("--module", dest=dest, action="append", help=argparse.SUPPRESS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="t5x-tasks",
+        description="Inspect t5x tasks and mixtures (the built-in ones and those your modules register).",
+    )
+    _add_module_flag(parser, "modules")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="list registered tasks and mixtures")
+    listing = sub.add_parser("list", help="list registered tasks and mixtures")
+    _add_module_flag(listing, "sub_modules")
+    # Only reached when `cache` is not the first argument (main hands `cache ...` to the cache job).
     sub.add_parser("cache", help="cache tasks offline with Apache Beam (see `t5x-tasks cache --help`)")
     inspect = sub.add_parser("inspect", help="print preprocessed examples as ids and text")
+    _add_module_flag(inspect, "sub_modules")
     inspect.add_argument("task", help="a registered task or mixture name")
     inspect.add_argument("--split", default="train")
     inspect.add_argument("--n", type=int, default=3, help="how many examples")
     inspect.add_argument("--seed", type=int, default=0)
     inspect.add_argument(
-        "--sequence-length", nargs="*", default=[], metavar="FEATURE=INT", help="e.g. inputs=512 targets=114"
+        "--sequence_length", nargs="*", default=[], metavar="FEATURE=INT", help="e.g. inputs=512 targets=114"
     )
+    inspect.add_argument("--sequence-length", dest="sequence_length", nargs="*", help=argparse.SUPPRESS)
     return parser
+
+
+def warn_renamed_flags(argv: Sequence[str], prog: str = "t5x-tasks") -> None:
+    """Prints a note for each old flag spelling in ``argv``."""
+    for arg in argv:
+        old = arg.split("=", 1)[0]
+        if old in RENAMED_FLAGS:
+            print(f"{prog}: {old} is deprecated; use {RENAMED_FLAGS[old]}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,9 +141,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return cache_main(argv[1:])
     args = build_parser().parse_args(argv)
-    for module in args.module:
-        importlib.import_module(module)
+    warn_renamed_flags(argv)
+    from t5x.tasks._task_modules import import_task_modules
+    from t5x.tasks.builtin import register_builtin_tasks
+
+    if args.command == "cache":
+        print(
+            "t5x-tasks: error: write `cache` first: t5x-tasks cache --module_import=M --tasks=T",
+            file=sys.stderr,
+        )
+        return 2
     try:
+        register_builtin_tasks()  # first, so a user module may build mixtures of them
+        import_task_modules([*args.modules, *getattr(args, "sub_modules", [])])
         if args.command == "list":
             return _cmd_list(args)
         return _cmd_inspect(args)

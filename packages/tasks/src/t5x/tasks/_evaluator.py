@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
 from t5x.interfaces import ShardInfo
+from t5x.tasks._lazy_tf import tf
 from t5x.tasks._loggers import Logger
 from t5x.tasks._registry import get_mixture_or_task, get_subtasks
 from t5x.tasks._task import Task

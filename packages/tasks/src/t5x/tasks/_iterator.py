@@ -16,9 +16,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
 from t5x.interfaces import ArraySpec, FeatureConverter, JSONValue, ShardInfo, check_contract
+from t5x.tasks._lazy_tf import tf
 from t5x.tasks._mixture import Mixture
 from t5x.tasks._registry import get_mixture_or_task
 from t5x.tasks._sources import data_source_error

@@ -6,10 +6,9 @@ import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import tensorflow as tf
-
 from t5x.interfaces import ShardInfo
 from t5x.tasks._feature import Feature
+from t5x.tasks._lazy_tf import tf
 from t5x.tasks._task import Task, check_name
 
 # A callable rate receives the entry: a Task, or a nested Mixture.

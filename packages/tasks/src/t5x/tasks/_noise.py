@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import tensorflow as tf
-
+from t5x.tasks._lazy_tf import tf
 from t5x.tasks._utils import stateless_shuffle
 
 

@@ -11,8 +11,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import tensorflow as tf
-
+from t5x.tasks._lazy_tf import tf
 from t5x.tasks._noise import (
     drop_noise_tokens,
     drop_nonnoise_tokens,

@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
 from t5x.interfaces import ShardInfo
+from t5x.tasks._lazy_tf import tf
 from t5x.tasks._sources import DataSource
 
 
@@ -107,9 +107,10 @@ class TfdsDataSource(DataSource):
         return builder.as_dataset(split=tfds_split, shuffle_files=shuffle, read_config=read_config)
 
 
+# Arrow type -> tensor dtype name (names, so importing this module needs no TensorFlow).
 _HF_DTYPES = {
-    "string": tf.string, "large_string": tf.string, "bool": tf.bool, "int8": tf.int32, "int16": tf.int32,
-    "int32": tf.int32, "int64": tf.int64, "float16": tf.float32, "float32": tf.float32, "float64": tf.float32,
+    "string": "string", "large_string": "string", "bool": "bool", "int8": "int32", "int16": "int32",
+    "int32": "int32", "int64": "int64", "float16": "float32", "float32": "float32", "float64": "float32",
 }  # fmt: skip
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import tensorflow as tf
-
 from t5x.tasks._feature import Feature
+from t5x.tasks._lazy_tf import tf
 from t5x.tasks._utils import AUTOTUNE, map_over_dataset
 
 OutputFeatures = Mapping[str, Feature]

@@ -6,7 +6,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
+
+from t5x.tasks._lazy_tf import tf
 
 _MODES = ("train", "eval", "fewshot_eval")
 

@@ -11,6 +11,9 @@ from t5x.tasks._mixture import Mixture, MixtureRate
 from t5x.tasks._sources import DataSource
 from t5x.tasks._task import Task
 
+# Names of t5x.tasks.builtin's tasks start so (the core does not import it to check).
+_BUILTIN_PREFIXES = ("synthetic_", "builtin_mc", "study_corpus_")
+
 
 class UnknownNameError(KeyError):
     """No task or mixture has this name; the message lists the closest ones."""
@@ -27,6 +30,8 @@ def _unknown(kind: str, name: str, known: list[str]) -> UnknownNameError:
         hint = f" {len(known)} names are registered; `t5x-tasks list` shows them."
     else:
         hint = f" No {kind}s are registered (import the module that registers them first)."
+    if name.startswith(_BUILTIN_PREFIXES):
+        hint += " Built-in tasks are registered by t5x.tasks.builtin.register_builtin_tasks()."
     return UnknownNameError(f"No {kind} named {name!r} is registered.{hint}")
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import tensorflow as tf
-
 from t5x.interfaces import ShardInfo
+from t5x.tasks._lazy_tf import tf
 
 
 def shard_files(files: Sequence[str], shard_info: ShardInfo | None) -> tuple[list[str], bool]:

@@ -11,12 +11,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
 from t5x.interfaces import ShardInfo
+from t5x.tasks._lazy_tf import AUTOTUNE, tf
 from t5x.tasks._shard import shard_examples, shard_files
 
-AUTOTUNE = tf.data.AUTOTUNE
 # A record error found inside the tf.data graph travels to Python in an assertion message; the
 # message is base64 between these marks so that TensorFlow's escaping cannot garble it.
 _ERROR_MARK = re.compile(r"<<t5x-data-error:([A-Za-z0-9_=-]*)>>")
@@ -290,7 +289,7 @@ class TFExampleDataSource(FileDataSource):
         super().__init__(read, split_to_filepattern, num_input_examples)
 
 
-_JSON_TYPES = {str: tf.string, int: tf.int64, float: tf.float32, bool: tf.bool}
+_JSON_TYPES = {str: "string", int: "int64", float: "float32", bool: "bool"}  # names: no TensorFlow at import
 
 
 def _json_field_spec(name: str, value: Any) -> tf.TensorSpec:

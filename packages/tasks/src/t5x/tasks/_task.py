@@ -7,10 +7,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import tensorflow as tf
-
 from t5x.interfaces import ShardInfo
 from t5x.tasks._feature import Feature
+from t5x.tasks._lazy_tf import tf
 from t5x.tasks._sources import DataSource
 from t5x.tasks._utils import (
     AUTOTUNE,
@@ -324,7 +323,7 @@ class Task:
         base = as_seed_tensor(seed)
         cache_at = self._cache_index()
         if use_cached:
-            from t5x.tasks._beam_cache import read_cached_split
+            from t5x.tasks._offline_cache import read_cached_split
 
             ds = read_cached_split(self._name, split, shard_info=shard_info, shuffle=shuffle, seed=seed)
             history: list[tuple[str, set[str]]] = [("the offline cache", set(ds.element_spec))]

@@ -9,9 +9,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
-AUTOTUNE = tf.data.AUTOTUNE
+from t5x.tasks._lazy_tf import AUTOTUNE, tf
 
 # The seed scope a preprocessor runs in: a base seed tensor ([2] int64) and a
 # counter of map_over_dataset calls made so far inside the scope. A stack keeps

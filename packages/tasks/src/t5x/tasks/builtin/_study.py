@@ -12,32 +12,17 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import tensorflow as tf
-
-from t5x.tasks._builtin import CORPUS_SIZES, builtin_vocabulary
 from t5x.tasks._feature import Feature
+from t5x.tasks._lazy_tf import tf
 from t5x.tasks._objectives import full_lm, prefix_lm, span_corruption
 from t5x.tasks._preprocessors import append_eos_after_trim, rekey, tokenize
 from t5x.tasks._registry import TaskRegistry
-from t5x.tasks._sources import DataSource, FunctionDataSource
-from t5x.tasks._synthetic import generate_corpus
+from t5x.tasks._sources import DataSource
 from t5x.tasks._utils import AUTOTUNE
+from t5x.tasks.builtin._tasks import builtin_corpus_source, builtin_vocabulary
 
 STUDY_OBJECTIVES = ("full_lm", "prefix_lm", "span_corruption")
 BUILTIN_CORPUS_NAME = "study_corpus"
-
-
-def _builtin_corpus_dataset(split: str, shuffle_files: bool) -> tf.data.Dataset:
-    del shuffle_files  # one in-memory shard
-    docs = generate_corpus(CORPUS_SIZES[split], seed={"train": 11, "validation": 12}[split])
-    return tf.data.Dataset.from_tensor_slices({"text": docs})
-
-
-def builtin_corpus_source() -> FunctionDataSource:
-    """The built-in generated English-like corpus (``text`` feature; train / validation)."""
-    return FunctionDataSource(
-        _builtin_corpus_dataset, splits=tuple(CORPUS_SIZES), num_input_examples=CORPUS_SIZES
-    )
 
 
 def _add_eos_inputs(dataset: tf.data.Dataset, output_features: Mapping[str, Feature]) -> tf.data.Dataset:

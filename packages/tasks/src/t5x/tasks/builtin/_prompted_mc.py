@@ -27,14 +27,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
 from t5x.tasks._feature import Feature
+from t5x.tasks._lazy_tf import tf
 from t5x.tasks._preprocessors import tokenize
 from t5x.tasks._rank_classification import rank_classification, rank_classification_postprocessor
 from t5x.tasks._registry import MixtureRegistry, TaskRegistry
 from t5x.tasks._sources import FunctionDataSource
-from t5x.tasks._synthetic import _ADJECTIVES, _PLACES, _SUBJECTS, _VERBS, WORDS
+from t5x.tasks.builtin._synthetic import _ADJECTIVES, _PLACES, _SUBJECTS, _VERBS, WORDS
 
 NUM_CHOICES = 4
 MC_SPLIT_SIZES = {"validation": 100, "test": 100}

@@ -1,7 +1,8 @@
 """Built-in tasks: synthetic text-to-text problems and a generated pretraining corpus.
 
 Nothing is downloaded. All use a byte vocabulary (ByT5 layout) with 100
-sentinel ids, so one small model can train on every one of them.
+sentinel ids, so one small model can train on every one of them. Nothing is
+registered until ``register_builtin_tasks()`` runs.
 """
 
 from __future__ import annotations
@@ -10,15 +11,14 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import tensorflow as tf
-
 from t5x.tasks._feature import Feature
+from t5x.tasks._lazy_tf import tf
 from t5x.tasks._objectives import full_lm, prefix_lm, span_corruption
 from t5x.tasks._preprocessors import append_eos_after_trim, rekey, tokenize
-from t5x.tasks._prompted_mc import register_prompted_mc_tasks
 from t5x.tasks._registry import MixtureRegistry, TaskRegistry
 from t5x.tasks._sources import FunctionDataSource
-from t5x.tasks._synthetic import PROBLEMS, SPLIT_SIZES, generate_corpus, make_examples
+from t5x.tasks.builtin._prompted_mc import register_prompted_mc_tasks
+from t5x.tasks.builtin._synthetic import PROBLEMS, SPLIT_SIZES, generate_corpus, make_examples
 
 BUILTIN_EXTRA_IDS = 100
 CORPUS_SIZES = {"train": 5_000, "validation": 200}
@@ -70,9 +70,14 @@ def _problem_dataset(problem: str, split: str, shuffle_files: bool) -> tf.data.D
 
 
 def _corpus_dataset(split: str, shuffle_files: bool) -> tf.data.Dataset:
-    del shuffle_files
+    del shuffle_files  # one in-memory shard
     docs = generate_corpus(CORPUS_SIZES[split], seed={"train": 11, "validation": 12}[split])
     return tf.data.Dataset.from_tensor_slices({"text": docs})
+
+
+def builtin_corpus_source() -> FunctionDataSource:
+    """The built-in generated English-like corpus (``text`` feature; train / validation)."""
+    return FunctionDataSource(_corpus_dataset, splits=tuple(CORPUS_SIZES), num_input_examples=CORPUS_SIZES)
 
 
 def _features(vocabulary: Any, inputs: bool = True) -> dict[str, Feature]:
@@ -92,13 +97,17 @@ BUILTIN_MIXTURES = ("synthetic_text_to_text",)
 
 
 def register_builtin_tasks() -> None:
-    """Registers the built-in tasks and mixture (skipping names already registered).
+    """Registers the built-in tasks and mixtures; calling it again does nothing.
+
+    Names already registered (by an earlier call, or by the user) are skipped.
 
     Tasks: ``synthetic_copy``, ``synthetic_reverse``, ``synthetic_sort_digits``,
     ``synthetic_add`` (text to text, with ``exact_match`` / ``token_accuracy``),
     ``synthetic_corpus_span_corruption`` and ``synthetic_corpus_prefix_lm``
     (encoder-decoder pretraining), ``synthetic_corpus_lm`` (decoder-only, targets
     only). Mixture: ``synthetic_text_to_text`` (the four problems, equal rates).
+    Also the prompted multiple-choice ``builtin_mc_*`` tasks and mixtures
+    (``register_prompted_mc_tasks``).
     """
     vocabulary = builtin_vocabulary()
     known = set(TaskRegistry.names())
@@ -118,7 +127,7 @@ def register_builtin_tasks() -> None:
             postprocess_fn=_strip,
             metric_fns=[exact_match, token_accuracy],
         )
-    corpus = FunctionDataSource(_corpus_dataset, splits=tuple(CORPUS_SIZES), num_input_examples=CORPUS_SIZES)
+    corpus = builtin_corpus_source()
     to_targets = functools.partial(rekey, key_map={"inputs": None, "targets": "text"})
     objectives: dict[str, tuple[bool, list[Callable[..., Any]]]] = {
         "synthetic_corpus_span_corruption": (
