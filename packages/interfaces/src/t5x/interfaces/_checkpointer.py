@@ -1,4 +1,4 @@
-"""The Checkpointer contract (draft): saving and restoring train states by step."""
+"""The Checkpointer contract: saving and restoring train states by step."""
 
 from __future__ import annotations
 

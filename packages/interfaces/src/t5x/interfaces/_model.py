@@ -1,4 +1,4 @@
-"""The Model contract (draft): losses, scoring and prediction over parameters."""
+"""The Model contract: losses, scoring and prediction over parameters."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Partitioner contract (draft): placing arrays and programs on a device mesh."""
+"""The Partitioner contract: placing arrays and programs on a device mesh."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Conformance checks for the compute-side contracts (drafts in 1.x).
+"""Conformance checks for the compute-side contracts.
 
 These checks import nothing beyond numpy themselves; they call the
 implementation, which brings its own framework.
