@@ -68,6 +68,11 @@ def test_the_real_tree_keeps_every_contract(probe):
         ("models", f"import {PROBE}.partitioning", "Packages are layered as DESIGN §2 says"),
         ("models", f"import {PROBE}.tasks", "Packages depend only on the siblings DESIGN §2 allows"),
         ("training", f"import {PROBE}.models", "Training knows models and data only through t5x.interfaces"),
+        (
+            "launch",
+            f"import {PROBE}.tasks._cli",
+            "A package's private modules are imported only from inside it",
+        ),
     ],
 )
 def test_a_deliberate_violation_breaks_its_contract(probe, package, statement, contract):
@@ -79,3 +84,56 @@ def test_a_deliberate_violation_breaks_its_contract(probe, package, statement, c
     assert result.returncode != 0, result.stdout
     expected = re.sub(r"\bt5x\b", PROBE, contract)
     assert f"{expected} BROKEN" in result.stdout
+
+
+# import-linter sees the packages' sources only. tools/ runs against them too, so the same rule
+# is checked here by reading the import statements (lazy ones inside functions included).
+# Benchmarks that time one package's internals on purpose are listed with what they time.
+_PRIVATE_IMPORT = re.compile(r"^\s*(?:from|import)\s+t5x\.(\w+)\.(_\w+)", re.MULTILINE)
+_BENCHMARKED_INTERNALS = {
+    ("tools/bench_checkpoint.py", "checkpointing._integrity"): "the checksum's cost per chunk",
+    ("tools/bench_checkpoint.py", "checkpointing._specs"): "chunk shapes and compressor settings",
+    ("tools/bench_decode.py", "models._cpu_kernels"): "the CPU decode kernels one by one",
+    ("tools/bench_decode.py", "models._joined"): "the joined decode kernels",
+}
+
+
+def _private_imports() -> dict[tuple[str, str], int]:
+    """(file, package._module) -> line, for every import of another package's private module."""
+    found: dict[tuple[str, str], int] = {}
+    files = [*ROOT.glob("tools/*.py"), *ROOT.glob("packages/*/src/t5x/**/*.py")]
+    for path in sorted(files):
+        relative = path.relative_to(ROOT).as_posix()
+        owner = path.relative_to(ROOT).parts[1] if relative.startswith("packages/") else None
+        text = path.read_text()
+        for match in _PRIVATE_IMPORT.finditer(text):
+            package, module = match.groups()
+            if package != owner:
+                found.setdefault((relative, f"{package}.{module}"), text.count("\n", 0, match.start()) + 1)
+    return found
+
+
+def test_no_tool_or_package_imports_another_packages_private_modules():
+    found = _private_imports()
+    unexpected = {key: line for key, line in found.items() if key not in _BENCHMARKED_INTERNALS}
+    assert not unexpected, "import the public names instead: " + ", ".join(
+        f"{path}:{line} imports t5x.{module}" for (path, module), line in sorted(unexpected.items())
+    )
+    stale = sorted(set(_BENCHMARKED_INTERNALS) - set(found))
+    assert not stale, f"no longer imported, remove from _BENCHMARKED_INTERNALS: {stale}"
+
+
+def test_the_private_import_scan_finds_a_violation(tmp_path, monkeypatch):
+    package = tmp_path / "packages" / "launch" / "src" / "t5x" / "launch"
+    package.mkdir(parents=True)
+    (package / "_own.py").write_text("from t5x.launch._cli import main\n")  # its own: fine
+    (package / "_other.py").write_text("def f():\n    from t5x.tasks._cli import main\n")
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "bench_x.py").write_text(
+        '"""Uses `t5x.tasks._cli` (prose)."""\nimport t5x.models._x\n'
+    )
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    assert _private_imports() == {
+        ("packages/launch/src/t5x/launch/_other.py", "tasks._cli"): 2,
+        ("tools/bench_x.py", "models._x"): 2,
+    }

@@ -168,7 +168,7 @@ def test_bad_inputs_name_the_problem():
 
 def test_hf_folder_round_trip(tmp_path):
     _require_hf_io()
-    from t5x.checkpointing._huggingface import read_hf_folder, write_hf_folder
+    from t5x.checkpointing import read_hf_folder, write_hf_folder
 
     config = _tiny_config(mlp_activations=("gelu", "linear"))
     _, params = _init(config)
@@ -222,7 +222,7 @@ def test_matches_transformers_logits_both_ways(family, tmp_path):
     if not python:
         pytest.skip("T5X_HF_PYTHON (an interpreter with torch + transformers) is not set")
     _require_hf_io()
-    from t5x.checkpointing._huggingface import read_hf_folder, write_hf_folder
+    from t5x.checkpointing import read_hf_folder, write_hf_folder
 
     script = tmp_path / "hf.py"
     script.write_text(_HF_SCRIPT)
@@ -306,7 +306,7 @@ def test_t5x_born_model_loads_in_transformers(overrides, tmp_path):
     if not python:
         pytest.skip("T5X_HF_PYTHON (an interpreter with torch + transformers) is not set")
     _require_hf_io()
-    from t5x.checkpointing._huggingface import write_hf_folder
+    from t5x.checkpointing import write_hf_folder
 
     # An untied head differs from the embedding here, unlike transformers' own models.
     config = _tiny_config(**overrides)

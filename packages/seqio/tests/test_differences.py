@@ -102,7 +102,7 @@ def test_seeding_core_by_position_facade_by_map_seed_manager():
     assert first == again == expected
 
     core_fn = core.map_over_dataset(_seeded_noise, num_seeds=1)
-    from t5x.tasks._utils import preprocessor_seed_scope
+    from t5x.tasks.seqio_extras import preprocessor_seed_scope
 
     with preprocessor_seed_scope(5), seqio.map_seed_manager(123):
         core_a = [ex["x"] for ex in core_fn(ds).as_numpy_iterator()]
@@ -117,8 +117,12 @@ def test_tfexample_varlen_core_densifies_facade_keeps_sparse(tmp_path):
     with tf.io.TFRecordWriter(path) as writer:
         writer.write(seqio.dict_to_tfexample({"ids": [4, 5]}).SerializeToString())
     description = {"ids": tf.io.VarLenFeature(tf.int64)}
-    core_ex = next(iter(core.TFExampleDataSource({"train": path}, description).get_dataset("train", shuffle=False)))
-    facade_ex = next(iter(seqio.TFExampleDataSource({"train": path}, description).get_dataset("train", shuffle=False)))
+    core_ex = next(
+        iter(core.TFExampleDataSource({"train": path}, description).get_dataset("train", shuffle=False))
+    )
+    facade_ex = next(
+        iter(seqio.TFExampleDataSource({"train": path}, description).get_dataset("train", shuffle=False))
+    )
     assert isinstance(core_ex["ids"], tf.Tensor) and core_ex["ids"].numpy().tolist() == [4, 5]
     assert isinstance(facade_ex["ids"], tf.SparseTensor)
 
@@ -127,7 +131,9 @@ def test_too_few_files_for_the_shards_core_shards_examples_facade_refuses(tmp_pa
     (tmp_path / "only.txt").write_text("a\nb\n")
     shard = seqio.ShardInfo(1, 2)
     core_src = core.TextLineDataSource({"train": str(tmp_path / "only.txt")})
-    assert [ex["text"].numpy() for ex in core_src.get_dataset("train", shuffle=False, shard_info=shard)] == [b"b"]
+    assert [ex["text"].numpy() for ex in core_src.get_dataset("train", shuffle=False, shard_info=shard)] == [
+        b"b"
+    ]
     with pytest.raises(ValueError, match="too few"):
         seqio.TextLineDataSource({"train": str(tmp_path / "only.txt")}).get_dataset("train", shard_info=shard)
 
@@ -161,13 +167,17 @@ def test_evaluator_core_calls_per_batch_facade_once_per_task(clean_registry):
         batch_sizes.append(len(batch["decoder_target_tokens"]))
         return list(batch["decoder_target_tokens"])
 
-    future = core.Evaluator("diff_eval", converter, batch_size=2).evaluate(compute_metrics=True, predict_fn=core_predict)
+    future = core.Evaluator("diff_eval", converter, batch_size=2).evaluate(
+        compute_metrics=True, predict_fn=core_predict
+    )
     assert batch_sizes == [2, 2] and future.result()["diff_eval"] == {"acc": 1.0}
 
     def seqio_predict(ds):
         batch_sizes.append(-len(list(ds)))
         return [(int(i), ex["decoder_target_tokens"]) for i, ex in ds.as_numpy_iterator()]
 
-    future, tokens, _ = seqio.Evaluator("diff_eval", converter).evaluate(compute_metrics=True, predict_fn=seqio_predict)
+    future, tokens, _ = seqio.Evaluator("diff_eval", converter).evaluate(
+        compute_metrics=True, predict_fn=seqio_predict
+    )
     assert batch_sizes[-1] == -3 and future.result()["diff_eval"] == {"acc": 1.0}
     assert len(tokens["diff_eval"]) == 3

@@ -157,13 +157,13 @@ def _cmd_infer(args: argparse.Namespace, bindings: list[str]) -> int:
 
 
 def _cmd_inspect_task(args: argparse.Namespace, _: list[str]) -> int:
-    from t5x.tasks._cli import main as tasks_main
+    from t5x.tasks.cli import main as tasks_main
 
     return tasks_main(["inspect", args.task, "--split", args.split, "--n", str(args.n)])
 
 
 def _cmd_cache_tasks(args: argparse.Namespace, _: list[str]) -> int:
-    from t5x.tasks._cache_cli import main as cache_main
+    from t5x.tasks.cli import cache_main
 
     return cache_main(args.cache_args)
 

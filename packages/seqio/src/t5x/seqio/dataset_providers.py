@@ -28,21 +28,22 @@ import tensorflow as tf
 from t5x import tasks as _core
 from t5x.interfaces import ShardInfo
 from t5x.seqio import utils
-from t5x.tasks import Feature
+from t5x.tasks import Feature, UnknownNameError
 from t5x.tasks import FunctionDataSource as _CoreFunctionDataSource
-from t5x.tasks._registry import UnknownNameError
-from t5x.tasks._seqio_cache import (
+from t5x.tasks.seqio_extras import (
     COMPLETED as _OUR_COMPLETED,
 )
-from t5x.tasks._seqio_cache import (
+from t5x.tasks.seqio_extras import (
+    ContinuousFeature,
+    fold_seed,
     is_seqio_cache,
+    preprocessor_seed_scope,
     read_seqio_cache,
     read_stats,
     shard_files_of,
+    trim_dataset,
 )
-from t5x.tasks._seqio_compat import ContinuousFeature, trim_dataset
-from t5x.tasks._seqio_compat import ProtoDataSource as _CoreProtoDataSource
-from t5x.tasks._utils import fold_seed, preprocessor_seed_scope
+from t5x.tasks.seqio_extras import ProtoDataSource as _CoreProtoDataSource
 
 _log = logging.getLogger("t5x.seqio")
 SHUFFLE_BUFFER_SIZE = 1000
@@ -57,10 +58,8 @@ def task_cache_dir(cache_dir: str, task_name: str) -> str:
 def _read_our_cache(
     task_name: str, split: str, shard_info: Any, shuffle: bool, seed: Any, cache_dir: str
 ) -> Any:
-    try:
-        from t5x.tasks._offline_cache import read_cached_split
-    except ImportError:  # older layout of the tasks package
-        from t5x.tasks._beam_cache import read_cached_split  # type: ignore[no-redef]
+    from t5x.tasks.seqio_extras import read_cached_split
+
     return read_cached_split(task_name, split, shard_info, shuffle, seed, cache_dirs=[cache_dir])
 
 
@@ -789,7 +788,7 @@ def get_dataset(
 
     ``feature_converter=None`` uses a PassThroughFeatureConverter (examples unchanged).
     """
-    from t5x.tasks._seqio_compat import get_dataset as _get_dataset
+    from t5x.tasks.seqio_extras import get_dataset as _get_dataset
 
     return _get_dataset(
         maybe_get_mixture_or_task(mixture_or_task_name),

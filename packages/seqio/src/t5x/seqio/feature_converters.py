@@ -12,7 +12,7 @@ from t5x.feature_converters import (
     non_padding_position,
     trim_and_pack_dataset,
 )
-from t5x.feature_converters._seqio_extras import (
+from t5x.feature_converters.seqio_extras import (
     DecoderFeatureConverter,
     EncDecFeatureConverter,
     PrefixLMFeatureConverter,
@@ -21,7 +21,7 @@ from t5x.feature_converters._seqio_extras import (
     PrePackedLMFeatureConverter,
     PrePackedPrefixLMFeatureConverter,
 )
-from t5x.tasks._seqio_compat import trim_and_pad_dataset
+from t5x.tasks.seqio_extras import trim_and_pad_dataset
 
 __all__ = [
     "DecoderFeatureConverter",

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from t5x.seqio import utils
 from t5x.tasks import append_eos, append_eos_after_trim, rekey
-from t5x.tasks._seqio_compat import (
+from t5x.tasks.seqio_extras import (
     apply_feature_converter,
     preprocess_tensorflow_examples,
     truncate_inputs_left,

@@ -28,25 +28,21 @@ from t5x.tasks import (
     set_global_cache_dirs,
     stateless_shuffle,
 )
-from t5x.tasks._seqio_cache import (
+from t5x.tasks.seqio_extras import (
+    dict_to_tfexample,
+    flatten_dict,
     get_cached_info_path,
     get_cached_stats_path,
     get_cached_tfrecord_prefix,
     get_task_dir_from_name,
-)
-from t5x.tasks._seqio_compat import (
     list_files,
     mixing_rate_num_characters,
     mixing_rate_num_examples,
-    trim_and_pad_dataset,
-    trim_dataset,
-)
-from t5x.tasks._tfexample import (
-    dict_to_tfexample,
-    flatten_dict,
     tfexample_ragged_length_key,
     tfexample_sparse_indices_key,
     tfexample_to_dict,
+    trim_and_pad_dataset,
+    trim_dataset,
     unflatten_dict,
 )
 
