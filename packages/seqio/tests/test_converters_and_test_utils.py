@@ -32,7 +32,7 @@ def test_prefix_suffix_lm_matches_seqios_example():
     assert (
         fc.PrefixSuffixLMFeatureConverter().get_model_feature_lengths(lengths)["target_suffix_weights"] == 15
     )
-    via_decoder = fc.DecoderFeatureConverter(pack=True)(ds, lengths)
+    via_decoder = fc.DecoderFeatureConverter(pack=False)(ds, lengths)
     assert "target_suffix_weights" in via_decoder.element_spec
 
 
@@ -193,3 +193,45 @@ def test_evaluator_calls_seqio_style_functions_once_with_indexed_examples(clean_
     ]
     with pytest.raises(ValueError, match="index, output"):
         evaluator.evaluate(compute_metrics=False, predict_fn=lambda ds: [b"x"], score_fn=score_fn)
+
+
+class TargetsOnlyConverter(seqio.FeatureConverter):
+    """A custom converter written against seqio's hooks (class-level dicts, as seqio users write them)."""
+
+    TASK_FEATURES = {"targets": seqio.FeatureConverter.FeatureSpec(dtype=tf.int32)}  # noqa: RUF012
+    MODEL_FEATURES = {"decoder_target_tokens": seqio.FeatureConverter.FeatureSpec(dtype=tf.int32)}  # noqa: RUF012
+    PACKING_FEATURE_DTYPES = {"decoder_segment_ids": tf.int32, "decoder_positions": tf.int32}  # noqa: RUF012
+
+    def _convert_features(self, ds, task_feature_lengths):
+        ds = self._pack_or_pad(ds, task_feature_lengths)
+
+        def convert(ex):
+            out = {"decoder_target_tokens": ex["targets"]}
+            if self.pack:
+                out["decoder_segment_ids"] = ex["targets_segment_ids"]
+                out["decoder_positions"] = ex["targets_positions"]
+            return out
+
+        return ds.map(convert)
+
+    def get_model_feature_lengths(self, task_feature_lengths):
+        n = task_feature_lengths["targets"]
+        out = {"decoder_target_tokens": n}
+        if self.pack:
+            out.update(decoder_segment_ids=n, decoder_positions=n)
+        return out
+
+
+def test_seqio_style_custom_converter():
+    ds = tu.create_default_dataset([{"targets": [3, 9, 1]}, {"targets": [4, 1]}], feature_names=("targets",))
+    packed = next(TargetsOnlyConverter(pack=True)(ds, {"targets": 6}).as_numpy_iterator())
+    np.testing.assert_array_equal(packed["decoder_target_tokens"], [3, 9, 1, 4, 1, 0])
+    np.testing.assert_array_equal(packed["decoder_segment_ids"], [1, 1, 1, 2, 2, 0])
+    padded = list(TargetsOnlyConverter(pack=False)(ds, {"targets": 4}).as_numpy_iterator())
+    np.testing.assert_array_equal(padded[1]["decoder_target_tokens"], [4, 1, 0, 0])
+    with pytest.raises(ValueError, match="extra features"):
+        TargetsOnlyConverter(pack=False)(ds, {"targets": 4, "inputs": 2})
+    with pytest.raises(tf.errors.InvalidArgumentError, match="less than or equal"):
+        list(TargetsOnlyConverter(pack=False)(ds, {"targets": 2}))
+    assert isinstance(seqio.EncDecFeatureConverter(), seqio.FeatureConverter)
+    assert isinstance(seqio.PassThroughFeatureConverter(), seqio.FeatureConverter)

@@ -117,3 +117,16 @@ def test_passthrough_vocabulary_basics():
     assert vocab.eos_id is None and vocab.vocab_size == 8 and vocab.size == 8
     assert vocab.encode([3, 4]) == [3, 4]
     assert vocab == seqio.PassThroughVocabulary(8) and vocab != seqio.PassThroughVocabulary(8, eos_id=1)
+
+
+def test_codepoint_vocabularies():
+    full = seqio.FullCodepointVocabulary()
+    assert full.encode("hé") == [104, 233] and full.eos_id == 0xE005 and full.unk_id is None
+    assert full.decode([104, 233, 0xE005, 120]) == "hé"
+    assert full.decode_tf(tf.constant([104, 233])).numpy().decode() == "hé"
+    partial = seqio.PartialCodepointVocabulary([ord("a"), ord("b")], extra_ids=1)
+    assert partial.encode("abz") == [3, 4, 2] and partial.vocab_size == 6
+    assert partial.decode([3, 4, 1, 3]) == "ab"
+    np.testing.assert_array_equal(partial.encode_tf(tf.constant("abz")).numpy(), [3, 4, 2])
+    assert partial.decode_tf(tf.constant([4, 3])).numpy() == b"ba"
+    assert partial == seqio.PartialCodepointVocabulary([97, 98], extra_ids=1) != full

@@ -20,6 +20,7 @@ import functools
 import inspect
 import logging
 import os
+import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -94,6 +95,22 @@ class DatasetProviderBase(metaclass=abc.ABCMeta):
 
 
 # ---- sources -------------------------------------------------------------------------------
+
+
+@typing.runtime_checkable
+class DataSourceInterface(typing.Protocol):
+    """What a Task needs of a source (seqio's protocol)."""
+
+    @property
+    def splits(self) -> Sequence[str]: ...
+
+    def num_input_examples(self, split: str) -> int | None: ...
+
+    def list_shards(self, split: str) -> Sequence[str]: ...
+
+    def get_dataset(
+        self, split: str, shuffle: bool = True, seed: int | None = None, shard_info: ShardInfo | None = None
+    ) -> tf.data.Dataset: ...
 
 
 class DataSource(_core.DataSource):
@@ -275,7 +292,27 @@ class ProtoDataSource(_CoreProtoDataSource):
     """Records of any proto, decoded by ``decode_proto_fn``."""
 
 
-TfdsDataSource = _core.TfdsDataSource
+class TfdsDataSource(_core.TfdsDataSource):
+    """A TFDS dataset (``"name/config:version"``), with seqio's ``caching_permitted`` and ``decoders``.
+
+    ``decoders`` is accepted for signature compatibility and not passed to TFDS.
+    """
+
+    def __init__(
+        self,
+        tfds_name: str,
+        tfds_data_dir: str | None = None,
+        splits: Any = None,
+        caching_permitted: bool = True,
+        decoders: Any = None,
+    ):
+        super().__init__(tfds_name, tfds_data_dir=tfds_data_dir, splits=splits)
+        self._caching_permitted = caching_permitted
+        self._decoders = decoders
+
+    @property
+    def caching_permitted(self) -> bool:
+        return self._caching_permitted
 
 
 class _CachedDataSource(_core.DataSource):
@@ -440,7 +477,7 @@ class Task(_core.Task):
             raise ValueError(
                 f"Task.replace: unknown arguments {sorted(unknown)}; expected some of {sorted(allowed)}"
             )
-        current = {
+        current: dict[str, Any] = {
             "name": self.name,
             "source": self.source,
             "output_features": self.output_features,
@@ -460,7 +497,9 @@ class Task(_core.Task):
 
     @property
     def requires_caching(self) -> bool:
-        return self._cache_step_idx is not None and bool(self.preprocessors[self._cache_step_idx].required)
+        return self._cache_step_idx is not None and bool(
+            getattr(self.preprocessors[self._cache_step_idx], "required", False)
+        )
 
     @property
     def cache_dir(self) -> str | None:
@@ -534,8 +573,11 @@ class Task(_core.Task):
         with utils.map_seed_manager(seed):
             return self._preprocess_dataset(dataset, 0, self._cache_step_idx or 0, None, seed)
 
-    def preprocess_postcache(
-        self, dataset: tf.data.Dataset, sequence_length: Mapping[str, Any] | None, seed: int | None = None
+    def preprocess_postcache(  # type: ignore[override]
+        self,
+        dataset: tf.data.Dataset,
+        sequence_length: Mapping[str, Any] | None = None,
+        seed: int | None = None,
     ) -> tf.data.Dataset:
         """Runs the preprocessors after the CacheDatasetPlaceholder (all of them when there is none)."""
         start = 0
@@ -719,6 +761,36 @@ class Mixture(_core.Mixture):
     def total_rate(self) -> float:
         return sum(self.get_rate(t) for t in self.tasks)
 
+    def get_dataset(  # type: ignore[override]
+        self,
+        sequence_length: Mapping[str, Any] | None = None,
+        split: str = "train",
+        use_cached: bool = False,
+        shuffle: bool = True,
+        seed: int | None = None,
+        shard_info: ShardInfo | None = None,
+        num_epochs: int | None = None,
+        copy_pretokenized: bool = False,
+        compute_stats_empirically: bool = False,
+        log_mixing_proportions: bool = True,
+        passthrough_features: Sequence[str] | None = None,
+        trim_output_features: bool = True,
+    ) -> tf.data.Dataset:
+        """The tasks' examples sampled by rate (seqio's arguments; the two logging ones have no effect)."""
+        del compute_stats_empirically, log_mixing_proportions
+        return super().get_dataset(
+            sequence_length,
+            split=split,
+            use_cached=use_cached,
+            shuffle=shuffle,
+            seed=seed,
+            shard_info=shard_info,
+            num_epochs=num_epochs,
+            copy_pretokenized=copy_pretokenized,
+            passthrough_features=passthrough_features,
+            trim_output_features=trim_output_features,
+        )
+
 
 class MixtureRegistry(_core.MixtureRegistry):
     """The global mixture registry (the core's), building seqio-style Mixtures."""
@@ -732,6 +804,7 @@ class MixtureRegistry(_core.MixtureRegistry):
         mixture_cls: type[_core.Mixture] = Mixture,
         **kwargs: Any,
     ) -> _core.Mixture:
+        mixture: _core.Mixture
         if mixture_cls is Mixture or (isinstance(mixture_cls, type) and issubclass(mixture_cls, Mixture)):
             mixture = mixture_cls(name, tasks, default_rate=default_rate, **kwargs)
         else:
@@ -810,6 +883,7 @@ __all__ = [
     "CacheDatasetPlaceholder",
     "ContinuousFeature",
     "DataSource",
+    "DataSourceInterface",
     "DatasetProviderBase",
     "DatasetProviderRegistry",
     "Feature",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from t5x.feature_converters import (
     EncoderFeatureConverter,
-    FeatureConverter,
     LMFeatureConverter,
     PassThroughFeatureConverter,
     autoregressive_inputs,
@@ -21,6 +20,7 @@ from t5x.feature_converters.seqio_extras import (
     PrePackedLMFeatureConverter,
     PrePackedPrefixLMFeatureConverter,
 )
+from t5x.seqio._converter_base import FeatureConverter
 from t5x.tasks.seqio_extras import trim_and_pad_dataset
 
 __all__ = [

@@ -403,7 +403,7 @@ class FakeTaskTest(unittest.TestCase):
     ) -> Any:
         if output_features is None:
             vocab = vocabularies.ByteVocabulary()
-            output_features = {k: dataset_providers.Feature(vocab) for k in ("inputs", "targets")}
+            output_features = {k: dataset_providers.Feature(vocab) for k in ("inputs", "targets")}  # type: ignore[arg-type]
         return TaskRegistry.add(
             name, source=source, preprocessors=preprocessors, output_features=output_features, **kwargs
         )

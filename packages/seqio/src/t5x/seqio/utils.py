@@ -106,7 +106,7 @@ def map_over_dataset(
     def with_seeds(inner: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(inner)
         def transform(ds: tf.data.Dataset, *args: Any, **kwargs: Any) -> tf.data.Dataset:
-            pairs = _take_seed_pairs(num_seeds)
+            pairs = _take_seed_pairs(int(num_seeds or 0))
             streams = tuple(
                 (tf.data.Dataset.random(seed=a), tf.data.Dataset.random(seed=b)) for a, b in pairs
             )

@@ -20,7 +20,7 @@ from t5x.vocabularies import PAD_ID, Vocabulary
 _BYTE_OFFSET = 3  # 0 pad, 1 EOS, 2 UNK come before the bytes
 
 
-class ByteVocabulary(_core.ByteVocabulary, Vocabulary):
+class ByteVocabulary(_core.ByteVocabulary, Vocabulary):  # type: ignore[misc]
     """UTF-8 bytes as ids (ByT5); decoding drops invalid UTF-8, as seqio does."""
 
     def __init__(self, extra_ids: int = 0):
@@ -54,10 +54,10 @@ class ByteVocabulary(_core.ByteVocabulary, Vocabulary):
         joined = tf.strings.reduce_join(tf.gather(table, kept), axis=-1)
         return tf.strings.unicode_transcode(joined, "UTF-8", "UTF-8", errors="ignore")
 
-    encode = Vocabulary.encode
-    decode = Vocabulary.decode
-    encode_tf = Vocabulary.encode_tf
-    decode_tf = Vocabulary.decode_tf
+    encode = Vocabulary.encode  # type: ignore[assignment]
+    decode = Vocabulary.decode  # type: ignore[assignment]
+    encode_tf = Vocabulary.encode_tf  # type: ignore[assignment]
+    decode_tf = Vocabulary.decode_tf  # type: ignore[assignment]
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, _core.ByteVocabulary):
@@ -67,7 +67,7 @@ class ByteVocabulary(_core.ByteVocabulary, Vocabulary):
     __hash__ = _core.ByteVocabulary.__hash__
 
 
-class SentencePieceVocabulary(_core.SentencePieceVocabulary, Vocabulary):
+class SentencePieceVocabulary(_core.SentencePieceVocabulary, Vocabulary):  # type: ignore[misc]
     """A SentencePiece model with optional sentinels, seqio's constructor included.
 
     ``use_fast_tokenizer`` is accepted and has no effect: the tf path always runs
@@ -233,7 +233,143 @@ class UnigramVocabulary(Vocabulary):
         return self._base_vocab_size - 1
 
 
+class FullCodepointVocabulary(Vocabulary):
+    """Every Unicode codepoint is its own id (no vocabulary file); EOS is U+E005, padding 0."""
+
+    LARGEST_CODEPOINT = 0x10FFFF
+    PAD_CODEPOINT = 0
+    EOS_CODEPOINT = 0xE005
+
+    @property
+    def eos_id(self) -> int:
+        return self.EOS_CODEPOINT
+
+    @property
+    def unk_id(self) -> None:
+        return None
+
+    @property
+    def _base_vocab_size(self) -> int:
+        return self.LARGEST_CODEPOINT
+
+    def _encode(self, s: str) -> list[int]:
+        return [ord(c) for c in s]
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return "".join(chr(int(i)) for i in ids if int(i) != self.EOS_CODEPOINT)
+
+    def _encode_tf(self, s: Any) -> Any:
+        import tensorflow as tf
+
+        return tf.strings.unicode_decode(s, input_encoding="UTF-8")
+
+    def _decode_tf(self, ids: Any) -> Any:
+        import tensorflow as tf
+
+        return tf.strings.unicode_encode(ids, output_encoding="UTF-8")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FullCodepointVocabulary)
+
+    def __hash__(self) -> int:
+        return hash(FullCodepointVocabulary)
+
+
+class PartialCodepointVocabulary(Vocabulary):
+    """A fixed set of codepoints: 0 pad, 1 EOS, 2 UNK, then the codepoints in the order given.
+
+    Args:
+      codepoints: the known codepoints (``ord`` of each character).
+      extra_ids: sentinel ids above them.
+    """
+
+    PAD_CODEPOINT = 0
+    EOS_CODEPOINT = 0xE005
+    UNK_CODEPOINT = 0xE004
+    PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
+
+    def __init__(self, codepoints: Sequence[int], extra_ids: int = 0):
+        self._codepoint_to_id = {self.PAD_CODEPOINT: 0, self.EOS_CODEPOINT: 1, self.UNK_CODEPOINT: 2}
+        for cp in codepoints:
+            self._codepoint_to_id.setdefault(int(cp), len(self._codepoint_to_id))
+        self._id_to_codepoint = {v: k for k, v in self._codepoint_to_id.items()}
+        self._tables: Any = None
+        super().__init__(extra_ids=extra_ids)
+
+    @classmethod
+    def create_from_file(cls, vocab_file: str, extra_ids: int = 0) -> PartialCodepointVocabulary:
+        """Reads one decimal codepoint per line."""
+        import tensorflow as tf
+
+        with tf.io.gfile.GFile(vocab_file) as f:
+            return cls([int(line.strip()) for line in f if line.strip()], extra_ids)
+
+    @property
+    def eos_id(self) -> int:
+        return self.EOS_ID
+
+    @property
+    def unk_id(self) -> int:
+        return self.UNK_ID
+
+    @property
+    def _base_vocab_size(self) -> int:
+        return len(self._codepoint_to_id)
+
+    def _lookup_tables(self) -> Any:
+        import tensorflow as tf
+
+        if self._tables is None:
+
+            def table(d: dict[int, int], default: int) -> Any:
+                init = tf.lookup.KeyValueTensorInitializer(
+                    tf.constant(list(d)), tf.constant(list(d.values()))
+                )
+                return tf.lookup.StaticHashTable(init, default_value=default)
+
+            self._tables = (
+                table(self._codepoint_to_id, self.UNK_ID),
+                table(self._id_to_codepoint, self.UNK_CODEPOINT),
+            )
+        return self._tables
+
+    def _encode(self, s: str) -> list[int]:
+        return [self._codepoint_to_id.get(ord(c), self.UNK_ID) for c in s]
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        out = []
+        for i in ids:
+            cp = self._id_to_codepoint.get(int(i), self.UNK_CODEPOINT)
+            if cp != self.EOS_CODEPOINT:
+                out.append(chr(cp))
+        return "".join(out)
+
+    def _encode_tf(self, s: Any) -> Any:
+        import tensorflow as tf
+
+        to_id, _ = self._lookup_tables()
+        return to_id[tf.strings.unicode_decode(s, input_encoding="UTF-8")]
+
+    def _decode_tf(self, ids: Any) -> Any:
+        import tensorflow as tf
+
+        _, to_cp = self._lookup_tables()
+        return tf.strings.unicode_encode(to_cp[ids], output_encoding="UTF-8")
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, PartialCodepointVocabulary)
+            and self._codepoint_to_id == other._codepoint_to_id
+            and self.extra_ids == other.extra_ids
+        )
+
+    def __hash__(self) -> int:
+        return hash((PartialCodepointVocabulary, tuple(self._codepoint_to_id), self.extra_ids))
+
+
 __all__ = [
+    "FullCodepointVocabulary",
+    "PartialCodepointVocabulary",
     "PAD_ID",
     "ByteVocabulary",
     "PassThroughVocabulary",
