@@ -17,6 +17,7 @@ from t5x.launch._gin_config import (
     GinBinding,
     GinConfigError,
     check_required_macros,
+    configured_job,
     explain_gin_error,
     macro_value,
     parse_gin,
@@ -116,7 +117,8 @@ def _train(args: argparse.Namespace, bindings: list[str]) -> int:
             flush=True,
         )
     try:
-        result = _run_configured(t5x.launch.train, "MODEL_DIR")
+        # An upstream t5x run file binds its own train (t5x-upstream's, through `__main__`).
+        result = _run_configured(configured_job("train", t5x.launch.train), "MODEL_DIR")
     except Preempted as stopped:
         import jax
 
@@ -133,7 +135,7 @@ def _cmd_eval(args: argparse.Namespace, bindings: list[str]) -> int:
 
     def run() -> int:
         parse_gin(_gin_args(args, bindings))
-        results = _run_configured(t5x.launch.evaluate, "EVAL_OUTPUT_DIR")
+        results = _run_configured(configured_job("eval", t5x.launch.evaluate), "EVAL_OUTPUT_DIR")
         for result in results:
             for report in result.inference:
                 print(f"step {result.step} {report.task}: {report.metrics}")
@@ -149,7 +151,7 @@ def _cmd_infer(args: argparse.Namespace, bindings: list[str]) -> int:
 
     def run() -> int:
         parse_gin(_gin_args(args, bindings))
-        path = _run_configured(t5x.launch.infer, "INFER_OUTPUT_DIR")
+        path = _run_configured(configured_job("infer", t5x.launch.infer), "INFER_OUTPUT_DIR")
         print(f"[t5x-launch] wrote {path}")
         return 0
 

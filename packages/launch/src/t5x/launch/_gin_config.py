@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import importlib
+import importlib.metadata
 import importlib.util  # gin's resource reader uses it without importing it
 import inspect
 import io
@@ -15,7 +17,7 @@ import re
 import tokenize
 import types
 import typing
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import gin
@@ -34,6 +36,66 @@ _MISSING_ATTRIBUTE = re.compile(
 
 class GinConfigError(UserError, ValueError):
     """A gin file or binding is wrong; the message names it and the closest known names."""
+
+
+# ---- gin extensions: other distributions' gin files, names and jobs ----------------------------
+
+GIN_EXTENSIONS_GROUP = "t5x.launch.gin_extensions"
+
+
+@dataclasses.dataclass(frozen=True)
+class GinExtension:
+    """What an installed distribution adds to gin parsing (found by entry point, not imported here).
+
+    A distribution registers one under the entry-point group ``t5x.launch.gin_extensions``
+    (e.g. t5x-upstream, which runs upstream t5x gin files). Launch never imports such a
+    distribution by name, so the layering stays one-way.
+
+    Attributes:
+      search_paths: folders searched for gin files after the shipped configs.
+      prepare: called before every parse (e.g. to make modules importable by gin files).
+      jobs: command (``train``, ``eval``, ``infer``) -> a job function that a config may
+        bind instead of launch's own; it runs when the parsed config binds it.
+      explain: error message -> a hint to append (or None).
+    """
+
+    search_paths: Sequence[str] = ()
+    prepare: Callable[[], None] | None = None
+    jobs: Mapping[str, Callable[..., Any]] = dataclasses.field(default_factory=dict)
+    explain: Callable[[str], str | None] | None = None
+
+
+@functools.cache
+def gin_extensions() -> tuple[GinExtension, ...]:
+    """The gin extensions of the installed distributions (loaded once)."""
+    found = []
+    for entry in sorted(importlib.metadata.entry_points(group=GIN_EXTENSIONS_GROUP), key=lambda e: e.name):
+        extension = entry.load()
+        if not isinstance(extension, GinExtension):
+            raise TypeError(
+                f"entry point {entry.name} = {entry.value} in {GIN_EXTENSIONS_GROUP} is not a GinExtension"
+            )
+        found.append(extension)
+    return tuple(found)
+
+
+def _is_bound(fn: Callable[..., Any]) -> bool:
+    """Whether the parsed config binds a parameter of ``fn`` (in any scope)."""
+    configurable = gin.config._INVERSE_REGISTRY.get(fn)  # gin offers no public lookup
+    if configurable is None:
+        return False
+    return any(selector == configurable.selector for _, selector in gin.config._CONFIG)
+
+
+def configured_job(command: str, default: Callable[..., Any]) -> Callable[..., Any]:
+    """The job a parsed config binds for ``command``: an extension's, when bound, else ``default``."""
+    if _is_bound(default):
+        return default
+    for extension in gin_extensions():
+        job = extension.jobs.get(command)
+        if job is not None and _is_bound(job):
+            return job
+    return default
 
 
 class GinBinding(str):
@@ -165,6 +227,11 @@ def _explain(error: Exception) -> str:
         hint = f"Closest parameters: {', '.join(close)}." if close else ""
     elif match := _MISSING_MACRO.search(message):
         hint = f"The macro {match.group(1)} is required: set it in a gin file or with --gin.{match.group(1)}=VALUE."
+    # An extension knows names of its own world (e.g. an upstream t5x name and what replaces it).
+    for extension in gin_extensions():
+        extra = extension.explain(message) if extension.explain is not None else None
+        if extra:
+            hint = f"{extra}\n{hint}" if hint else extra
     return f"{message}\n{hint}".strip()
 
 
@@ -190,7 +257,12 @@ def parse_gin(
         parameter's annotation (``int``, ``float``, ``str``, ``bool``, optional).
     """
     gin.clear_config()
-    for path in (*args.search_paths, str(CONFIGS_DIR), "."):
+    extensions = gin_extensions()
+    for extension in extensions:
+        if extension.prepare is not None:
+            extension.prepare()
+    extension_paths = [str(path) for extension in extensions for path in extension.search_paths]
+    for path in (*args.search_paths, str(CONFIGS_DIR), *extension_paths, "."):
         gin.add_config_file_search_path(path)
     files = list(args.files) or list(default_files)
     # gin logs an error for every search path a file is not in before finding it.
@@ -215,7 +287,7 @@ def parse_gin(
                 ) from None
             except (ValueError, KeyError, AttributeError, NameError) as error:
                 raise GinConfigError(f"in {describe_binding(binding)}: {_explain(error)}") from None
-    except (ValueError, KeyError, OSError, SyntaxError, AttributeError, NameError) as error:
+    except (ValueError, KeyError, OSError, SyntaxError, AttributeError, NameError, ImportError) as error:
         if isinstance(error, GinConfigError):
             raise
         raise GinConfigError(_explain(error)) from None

@@ -41,6 +41,21 @@ def _check_batch(batch: Mapping[str, Any], required: tuple[str, ...], who: str) 
         raise ValueError(f"{who}: features disagree on the batch size: {shapes}")
 
 
+def _network_of(config: Any, module: Any, network_cls: type, config_cls: type, who: str) -> Any:
+    """The network a model is built from: given as ``module=`` (upstream) or made from ``config``."""
+    if isinstance(config, network_cls):  # upstream passes the network first, positionally
+        config, module = (None, config) if module is None else (config, module)
+    if module is not None:
+        if not isinstance(module, network_cls):
+            raise TypeError(f"{who}: module must be a {network_cls.__name__}, got {type(module).__name__}")
+        if config is not None and config != module.config:
+            raise ValueError(f"{who}: config and module= disagree; give one of them")
+        return module
+    if not isinstance(config, config_cls):
+        raise TypeError(f"{who} needs a {config_cls.__name__} (or module=), got {type(config).__name__}")
+    return network_cls(config)
+
+
 def _zeros_like_shapes(tree: PyTree) -> PyTree:
     return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), tree)
 
@@ -237,10 +252,12 @@ class EncoderDecoderModel(_TransformerModel):
 
     def __init__(
         self,
-        config: T5Config,
+        config: T5Config | EncoderDecoderTransformer | None = None,
         input_vocabulary: Any = None,
         output_vocabulary: Any = None,
         *,
+        module: EncoderDecoderTransformer | None = None,
+        optimizer_def: Any = None,
         z_loss: float = 0.0,
         label_smoothing: float = 0.0,
         loss_normalizing_factor: Any = None,
@@ -249,7 +266,7 @@ class EncoderDecoderModel(_TransformerModel):
         """Builds the model.
 
         Args:
-          config: network hyper-parameters.
+          config: network hyper-parameters (or the network itself, as upstream passes it).
           input_vocabulary: the inputs' vocabulary (kept for the launcher).
           output_vocabulary: the targets' vocabulary; its ``eos_id`` ends decoding.
           z_loss: coefficient of ``log(Z)**2``.
@@ -257,12 +274,15 @@ class EncoderDecoderModel(_TransformerModel):
           loss_normalizing_factor: None (sum over weighted tokens), a number, or a
             ``SpecialLossNormalizingFactor`` (or its name).
           decode_fn: ``t5x.decoding.beam_search`` or ``temperature_sample``.
+          module: upstream's keyword: an ``EncoderDecoderTransformer`` instead of ``config``.
+          optimizer_def: upstream's keyword: the optimizer the launcher trains with
+            (kept as ``optimizer_def``; None: the launcher's default).
         """
-        if not isinstance(config, T5Config):
-            raise TypeError(f"EncoderDecoderModel needs a T5Config, got {type(config).__name__}")
+        network = _network_of(config, module, EncoderDecoderTransformer, T5Config, "EncoderDecoderModel")
         super().__init__(z_loss, label_smoothing, loss_normalizing_factor, decode_fn)
-        self.config = config
-        self.module = EncoderDecoderTransformer(config)
+        self.config = network.config
+        self.module = network
+        self.optimizer_def = optimizer_def
         self.input_vocabulary = input_vocabulary
         self.output_vocabulary = output_vocabulary
         self._encode_jit = jax.jit(
@@ -438,9 +458,11 @@ class DecoderOnlyModel(_TransformerModel):
 
     def __init__(
         self,
-        config: DecoderOnlyConfig,
+        config: DecoderOnlyConfig | DecoderOnlyTransformer | None = None,
         vocabulary: Any = None,
         *,
+        module: DecoderOnlyTransformer | None = None,
+        optimizer_def: Any = None,
         inputs_bidirectional_attention: bool = False,
         z_loss: float = 0.0,
         label_smoothing: float = 0.0,
@@ -458,12 +480,14 @@ class DecoderOnlyModel(_TransformerModel):
           label_smoothing: probability mass spread over the other classes.
           loss_normalizing_factor: as for ``EncoderDecoderModel``.
           decode_fn: ``t5x.decoding.temperature_sample`` or ``beam_search``.
+          module: upstream's keyword: a ``DecoderOnlyTransformer`` instead of ``config``.
+          optimizer_def: as for ``EncoderDecoderModel``.
         """
-        if not isinstance(config, DecoderOnlyConfig):
-            raise TypeError(f"DecoderOnlyModel needs a DecoderOnlyConfig, got {type(config).__name__}")
+        network = _network_of(config, module, DecoderOnlyTransformer, DecoderOnlyConfig, "DecoderOnlyModel")
         super().__init__(z_loss, label_smoothing, loss_normalizing_factor, decode_fn)
-        self.config = config
-        self.module = DecoderOnlyTransformer(config)
+        self.config = network.config
+        self.module = network
+        self.optimizer_def = optimizer_def
         self.vocabulary = vocabulary
         self.output_vocabulary = vocabulary
         self.inputs_bidirectional_attention = inputs_bidirectional_attention

@@ -23,10 +23,17 @@ def _read_model_file(path: str) -> bytes:
     if "://" in path:
         import tensorflow as tf  # only remote file systems need TensorFlow
 
-        if not tf.io.gfile.exists(path):
-            raise FileNotFoundError(f"SentencePiece model file {path!r} does not exist")
-        with tf.io.gfile.GFile(path, "rb") as f:
-            return f.read()
+        try:
+            if not tf.io.gfile.exists(path):
+                raise FileNotFoundError(f"SentencePiece model file {path!r} does not exist")
+            with tf.io.gfile.GFile(path, "rb") as f:
+                return f.read()
+        except tf.errors.OpError as e:  # no network, no credentials, or no such file system here
+            reason = e.message.splitlines()[0] if e.message else type(e).__name__
+            raise FileNotFoundError(
+                f"cannot read SentencePiece model file {path!r} from here ({reason}); copy it to this "
+                "machine and point the vocabulary at the local copy"
+            ) from None
     try:
         with open(path, "rb") as f:
             return f.read()

@@ -1,0 +1,1 @@
+"""Upstream's ``t5x.examples.scalable_t5``: the encoder-decoder with scanned, rematerialised layers."""

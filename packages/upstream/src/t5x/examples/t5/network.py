@@ -1,0 +1,25 @@
+"""Upstream's ``t5x.examples.t5.network`` names on ``t5x.models``.
+
+The classes are subclasses of t5x.models' own, so that gin registers the
+upstream names apart from t5x-launch's (``models.T5Config``) while the models
+take them as their own. Parameter names and shapes are upstream's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from t5x import models
+from t5x.models import Decoder, DecoderLayer, Encoder, EncoderLayer
+
+
+@dataclasses.dataclass(frozen=True)
+class T5Config(models.T5Config):
+    """Upstream's ``network.T5Config`` (same fields and defaults as ``t5x.models.T5Config``)."""
+
+
+class Transformer(models.EncoderDecoderTransformer):
+    """Upstream's ``network.Transformer(config)``: the encoder-decoder network."""
+
+
+__all__ = ["Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "T5Config", "Transformer"]

@@ -1,0 +1,111 @@
+"""Upstream t5x's ``t5x.trainer`` names that run gin files configure.
+
+Upstream gin files pass ``trainer_cls = @trainer.Trainer`` with its learning
+rate schedule and microbatch count bound; t5x-upstream's train script builds
+this record to read those settings, then trains with ``t5x.training.Trainer``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+class ActionMode(enum.Enum):
+    """When an action runs (upstream's names)."""
+
+    TRAIN = 1
+    TRAIN_EVAL = 2
+    INFER_EVAL = 3
+
+
+class Trainer:
+    """The trainer settings an upstream gin file binds (``learning_rate_fn``, ``num_microbatches``).
+
+    Upstream's constructor arguments that the train script fills in (model,
+    state, partitioner, ...) are accepted and unused: t5x-launch builds its own
+    ``t5x.training.Trainer`` from these settings.
+    """
+
+    def __init__(
+        self,
+        model: Any = None,
+        train_state: Any = None,
+        partitioner: Any = None,
+        eval_names: Sequence[str] = (),
+        summary_dir: str | None = None,
+        train_state_axes: Any = None,
+        rng: Any = None,
+        *,
+        learning_rate_fn: Callable[[Any], Any] | None = None,
+        num_microbatches: int | None = None,
+        weight_metrics_computer: Any = None,
+        use_gda: bool = True,
+    ) -> None:
+        if num_microbatches is not None and num_microbatches < 1:
+            raise ValueError(f"trainer.Trainer.num_microbatches must be >= 1 or None, got {num_microbatches}")
+        self.learning_rate_fn = learning_rate_fn
+        self.num_microbatches = num_microbatches
+        self.weight_metrics_computer = weight_metrics_computer
+
+
+class WeightMetricsComputer:
+    """Upstream's per-parameter norm summaries: accepted, not computed by t5x-launch."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        del args, kwargs
+
+
+class BaseAction:
+    """Base of the actions upstream's train script runs after train, eval or infer-eval."""
+
+    def run(self, train_state: Any, metrics_by_task: Any) -> bool:
+        raise NotImplementedError
+
+
+class TerminateOnNanAction(BaseAction):
+    """Stop training when a loss is not finite; t5x-launch's loop always does this.
+
+    Args:
+      task: the task whose metric is watched (upstream's argument).
+      metric: the metric watched.
+    """
+
+    def __init__(self, task: str, metric: str = "loss") -> None:
+        self.task = task
+        self.metric = metric
+
+    def run(self, train_state: Any, metrics_by_task: Any) -> bool:
+        import math
+
+        value = metrics_by_task.get(self.task, {}).get(self.metric)
+        return value is not None and not math.isfinite(float(getattr(value, "value", value)))
+
+
+class EarlyStoppingAction(BaseAction):
+    """Upstream's early stopping on an eval metric (``metric=(task, name)``).
+
+    t5x-upstream's train script refuses a run configured with it (named in the error).
+    """
+
+    def __init__(
+        self, metric: tuple[str, str], mode: str, patience: int = 3, atol: float = 0.0, rtol: float = 0.0
+    ) -> None:
+        if mode not in ("min", "max"):
+            raise ValueError(f"EarlyStoppingAction.mode must be 'min' or 'max', got {mode!r}")
+        self.metric = tuple(metric)
+        self.mode = mode
+        self.patience = patience
+        self.atol = atol
+        self.rtol = rtol
+
+
+__all__ = [
+    "ActionMode",
+    "BaseAction",
+    "EarlyStoppingAction",
+    "TerminateOnNanAction",
+    "Trainer",
+    "WeightMetricsComputer",
+]

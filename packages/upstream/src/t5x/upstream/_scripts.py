@@ -1,0 +1,459 @@
+"""Upstream's ``train`` / ``evaluate`` / ``infer`` scripts' keywords, run by t5x-launch's jobs.
+
+Upstream run files call these as ``train_script.train`` (``import __main__ as
+train_script``). Each keyword is either carried over to the launch job, accepted
+and ignored where it cannot change the run's result (logged when set to
+something other than upstream's default), or refused by name with what to do
+instead (:class:`UnsupportedUpstreamOption`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from t5x import checkpoints, launch, trainer, utils
+from t5x.launch import ConfigurationError, JobResult
+
+_LOG = logging.getLogger("t5x.upstream")
+
+
+class UnsupportedUpstreamOption(ConfigurationError):
+    """An upstream keyword or value whose meaning t5x-launch does not implement (named in the message)."""
+
+
+def _refuse(option: str, value: Any, instead: str) -> UnsupportedUpstreamOption:
+    return UnsupportedUpstreamOption(
+        f"upstream option {option}={value!r} is not supported by t5x-launch: {instead}"
+    )
+
+
+def _ignored(option: str, value: Any, why: str) -> None:
+    _LOG.warning("upstream option %s=%r is accepted and ignored: %s", option, value, why)
+
+
+def _unwrapped(fn: Any) -> Any:
+    """The function gin wrapped (a ``@name`` reference passes gin's wrapper)."""
+    return inspect.unwrap(fn) if callable(fn) else fn
+
+
+def _is_default(fn: Any, *defaults: Callable[..., Any]) -> bool:
+    return fn is None or _unwrapped(fn) in defaults
+
+
+# ---- data -------------------------------------------------------------------------------------
+
+
+def _task_name(name: Any) -> str:
+    if isinstance(name, str):
+        return name
+    found = getattr(name, "name", None)
+    if isinstance(found, str):
+        return found  # a Task or Mixture object, as upstream allows
+    raise ConfigurationError(f"DatasetConfig.mixture_or_task_name must name a task or mixture, got {name!r}")
+
+
+def _longest_lengths(cfg: utils.DatasetConfig) -> dict[str, int]:
+    """Upstream's ``task_feature_lengths=None``: the longest example of each feature in the split."""
+    import importlib
+
+    import numpy as np
+
+    import t5x.tasks
+
+    if cfg.module:
+        importlib.import_module(cfg.module)
+    provider = t5x.tasks.get_mixture_or_task(_task_name(cfg.mixture_or_task_name))
+    dataset = provider.get_dataset(
+        sequence_length=None, split=cfg.split, use_cached=cfg.use_cached, shuffle=False, num_epochs=1
+    )
+    longest = dict.fromkeys(provider.output_features, 0)
+    for example in dataset.as_numpy_iterator():
+        for name in longest:
+            value = example.get(name)
+            if value is not None and np.ndim(value) == 1:
+                longest[name] = max(longest[name], len(value))
+    found = {name: length for name, length in longest.items() if length > 0}
+    if not found:
+        raise ConfigurationError(
+            f"task_feature_lengths=None: split {cfg.split!r} of {_task_name(cfg.mixture_or_task_name)} "
+            "has no examples to measure; set TASK_FEATURE_LENGTHS"
+        )
+    return found
+
+
+def dataset_config(cfg: Any, *, who: str, measure: bool) -> launch.DatasetConfig:
+    """t5x-launch's DatasetConfig for an upstream ``utils.DatasetConfig`` (launch's own passes through).
+
+    Args:
+      cfg: the dataset configuration.
+      who: the keyword it came from, for messages (``train_dataset_cfg``).
+      measure: ``task_feature_lengths=None`` is measured from the data (evaluation
+        and inference); otherwise it is refused.
+    """
+    if isinstance(cfg, launch.DatasetConfig):
+        return cfg
+    if not isinstance(cfg, utils.DatasetConfig):
+        raise ConfigurationError(f"{who} must be a utils.DatasetConfig, got {type(cfg).__name__}")
+    if not cfg.trim_output_features:
+        raise _refuse(
+            f"{who}.trim_output_features", False, "features are always trimmed to task_feature_lengths"
+        )
+    if cfg.use_custom_packing_ops:
+        _ignored(f"{who}.use_custom_packing_ops", True, "t5x-launch packs with its own (exact) packer")
+    lengths = cfg.task_feature_lengths
+    if lengths is None:
+        if not measure:
+            raise _refuse(
+                f"{who}.task_feature_lengths", None, "training needs lengths, e.g. TASK_FEATURE_LENGTHS"
+            )
+        lengths = _longest_lengths(cfg)
+        _LOG.info("%s: task_feature_lengths=None measured as %s", who, lengths)
+    return launch.DatasetConfig(
+        mixture_or_task_name=_task_name(cfg.mixture_or_task_name),
+        task_feature_lengths=dict(lengths),
+        split=cfg.split,
+        batch_size=cfg.batch_size,
+        shuffle=cfg.shuffle,
+        seed=cfg.seed,
+        use_cached=cfg.use_cached,
+        pack=cfg.pack,
+        module=cfg.module,
+    )
+
+
+# ---- checkpoints ------------------------------------------------------------------------------
+
+
+def _check_checkpointer_cls(option: str, cls: Any) -> None:
+    if cls is None:
+        return
+    if isinstance(cls, type) and issubclass(cls, checkpoints.SaveBestCheckpointer):
+        raise _refuse(
+            option,
+            "SaveBestCheckpointer",
+            "keeping the best checkpoint by a metric is not implemented; keep the newest with "
+            "utils.SaveCheckpointConfig.keep",
+        )
+    if not (isinstance(cls, type) and issubclass(cls, checkpoints.Checkpointer)):
+        raise _refuse(option, cls, "only checkpoints.Checkpointer (t5x-launch's checkpointer) is supported")
+
+
+def _restore_path(restore: utils.RestoreCheckpointConfig, who: str) -> str | None:
+    path = restore.path
+    if isinstance(path, str):
+        return path or None
+    paths = list(path or [])
+    if len(paths) > 1:
+        raise _refuse(f"{who}.path", paths, "give one checkpoint (a checkpoint_<step> or model folder)")
+    return paths[0] if paths else None
+
+
+def _check_restore(restore: utils.RestoreCheckpointConfig, who: str) -> None:
+    if restore.assignment_map is not None:
+        raise _refuse(
+            f"{who}.assignment_map",
+            restore.assignment_map,
+            "checkpoints restore by parameter name; convert the checkpoint first (t5x-launch convert)",
+        )
+    if restore.fallback_to_scratch:
+        raise _refuse(
+            f"{who}.fallback_to_scratch", True, "every parameter of the model must be in the checkpoint"
+        )
+    if restore.state_transformation_fns:
+        raise _refuse(f"{who}.state_transformation_fns", restore.state_transformation_fns, "not implemented")
+    if restore.restore_dataset:
+        raise _refuse(f"{who}.restore_dataset", True, "an initial checkpoint's data position is not restored")
+    _check_checkpointer_cls(f"{who}.checkpointer_cls", restore.checkpointer_cls)
+
+
+def checkpoint_config(cfg: utils.CheckpointConfig | None, total_steps: int) -> launch.CheckpointConfig:
+    """t5x-launch's CheckpointConfig for upstream's save / restore pair (for training)."""
+    save = cfg.save if cfg is not None else None
+    restore = cfg.restore if cfg is not None else None
+    period, keep, dtype = total_steps, None, None
+    if save is not None:
+        _check_checkpointer_cls("SaveCheckpointConfig.checkpointer_cls", save.checkpointer_cls)
+        if save.state_transformation_fns:
+            raise _refuse(
+                "SaveCheckpointConfig.state_transformation_fns",
+                save.state_transformation_fns,
+                "not implemented",
+            )
+        period = save.period or total_steps
+        keep, dtype = save.keep, save.dtype
+        # save_dataset: t5x-launch's checkpoints always hold the input position, so either value resumes.
+    initial = None
+    if restore is not None:
+        if restore.mode == "all":
+            raise _refuse("RestoreCheckpointConfig.mode", "all", "training starts from one checkpoint")
+        _check_restore(restore, "RestoreCheckpointConfig")
+        initial = _restore_path(restore, "RestoreCheckpointConfig")
+    # Upstream counts fine-tuning steps on from the initial checkpoint's step (TRAIN_STEPS includes them).
+    return launch.CheckpointConfig(
+        period=period, keep=keep, initial_checkpoint_path=initial, keep_initial_step=True, dtype=dtype
+    )
+
+
+# ---- trainer, actions, evaluator --------------------------------------------------------------
+
+
+def _trainer_settings(trainer_cls: Any) -> trainer.Trainer:
+    if trainer_cls is None:
+        return trainer.Trainer()
+    if isinstance(trainer_cls, trainer.Trainer):
+        return trainer_cls
+    if isinstance(trainer_cls, type) and issubclass(trainer_cls, trainer.Trainer):
+        return trainer_cls()  # gin injects learning_rate_fn and num_microbatches
+    raise _refuse(
+        "trainer_cls", trainer_cls, "use trainer.Trainer (its learning_rate_fn and num_microbatches)"
+    )
+
+
+def _check_actions(actions: Mapping[str, Sequence[Any]] | None) -> None:
+    for mode, listed in (actions or {}).items():
+        if mode not in trainer.ActionMode.__members__:
+            raise ConfigurationError(
+                f"actions: unknown mode {mode!r}; expected one of {list(trainer.ActionMode.__members__)}"
+            )
+        for action in listed:
+            if isinstance(action, trainer.TerminateOnNanAction):
+                continue  # t5x-launch's loop always stops on a non-finite loss
+            if isinstance(action, trainer.EarlyStoppingAction):
+                raise _refuse(
+                    f"actions[{mode!r}]",
+                    "EarlyStoppingAction",
+                    "t5x-launch train has no early stopping; set TRAIN_STEPS, or call "
+                    "t5x.training.train with early_stopping=t5x.training.EarlyStopping(...)",
+                )
+            raise _refuse(
+                f"actions[{mode!r}]", type(action).__name__, "only trainer.TerminateOnNanAction is supported"
+            )
+
+
+def _evaluator_examples(evaluator_cls: Any) -> int | None:
+    """``num_examples`` bound to an upstream ``seqio.Evaluator`` reference (None: all)."""
+    if evaluator_cls is None:
+        return None
+    try:
+        import gin
+
+        bound = gin.get_bindings(evaluator_cls)
+    except (ValueError, TypeError, KeyError):
+        bound = {}
+    return bound.get("num_examples")
+
+
+def _random_seed(random_seed: int | None) -> int:
+    if random_seed is not None:
+        return int(random_seed)
+    from t5x.partitioning import broadcast_seed
+
+    # Upstream's None: a fresh seed each run, the same on every process.
+    seed = broadcast_seed(None) % 2**31
+    _LOG.warning("random_seed=None: this run uses random seed %d", seed)
+    return seed
+
+
+# ---- the scripts ------------------------------------------------------------------------------
+
+
+def train(
+    *,
+    model: Any,
+    train_dataset_cfg: Any,
+    train_eval_dataset_cfg: Any = None,
+    infer_eval_dataset_cfg: Any = None,
+    checkpoint_cfg: utils.CheckpointConfig | None = None,
+    partitioner: Any = None,
+    trainer_cls: Any = None,
+    model_dir: str,
+    total_steps: int,
+    eval_steps: int = 20,
+    eval_period: int = 1000,
+    stats_period: int | None = None,
+    random_seed: int | None = None,
+    use_hardware_rng: bool = False,
+    summarize_config_fn: Callable[..., Any] | None = None,
+    inference_evaluator_cls: Any = None,
+    get_dataset_fn: Callable[..., Any] | None = None,
+    concurrent_metrics: bool = True,
+    actions: Mapping[str, Sequence[Any]] | None = None,
+    train_eval_get_dataset_fn: Callable[..., Any] | None = None,
+    run_eval_before_training: bool = False,
+    train_state_initializer_cls: Any = None,
+    use_gda: bool = True,
+    use_jax_array: bool = True,
+    use_orbax: bool = False,
+    verify_matching_vocabs_fn: Callable[..., Any] | None = None,
+    gc_period: int = 0,
+) -> JobResult:
+    """Upstream's ``train.train`` keywords, trained by ``t5x.launch.train``.
+
+    Returns:
+      t5x-launch's JobResult (upstream returns ``(step, train_state)``).
+
+    Raises:
+      UnsupportedUpstreamOption: a keyword or value t5x-launch does not implement.
+    """
+    if not _is_default(get_dataset_fn, utils.get_dataset):
+        raise _refuse(
+            "get_dataset_fn", get_dataset_fn, "t5x-launch builds the input pipeline from train_dataset_cfg"
+        )
+    if not _is_default(train_eval_get_dataset_fn, utils.get_dataset):
+        raise _refuse(
+            "train_eval_get_dataset_fn",
+            train_eval_get_dataset_fn,
+            "evaluation data comes from train_eval_dataset_cfg",
+        )
+    if train_state_initializer_cls is not None:
+        raise _refuse(
+            "train_state_initializer_cls", train_state_initializer_cls, "initialisation is t5x-launch's"
+        )
+    _check_actions(actions)
+    if run_eval_before_training:
+        _ignored("run_eval_before_training", True, "evaluations run every eval_period steps and at the end")
+    if use_hardware_rng:
+        _ignored("use_hardware_rng", True, "dropout and initialisation use JAX's default PRNG")
+    if gc_period:
+        _ignored("gc_period", gc_period, "Python's garbage collector runs as usual")
+    settings = _trainer_settings(trainer_cls)
+    train_cfg = dataset_config(train_dataset_cfg, who="train_dataset_cfg", measure=False)
+    eval_cfg = (
+        dataset_config(train_eval_dataset_cfg, who="train_eval_dataset_cfg", measure=False)
+        if train_eval_dataset_cfg is not None
+        else None
+    )
+    infer_cfg = (
+        dataset_config(infer_eval_dataset_cfg, who="infer_eval_dataset_cfg", measure=True)
+        if infer_eval_dataset_cfg is not None
+        else None
+    )
+    if infer_cfg is not None and eval_period and eval_period < total_steps:
+        _ignored(
+            "eval_period (for infer_eval_dataset_cfg)",
+            eval_period,
+            "inference evaluation runs once, at the end",
+        )
+    return launch.train(
+        model=model,
+        train_dataset_cfg=train_cfg,
+        model_dir=model_dir,
+        total_steps=total_steps,
+        partitioner=partitioner,
+        optimizer=getattr(model, "optimizer_def", None),
+        learning_rate_fn=settings.learning_rate_fn,
+        checkpoint_cfg=checkpoint_config(checkpoint_cfg, total_steps),
+        eval_period=eval_period if eval_cfg is not None else None,
+        eval_batches=eval_steps,
+        train_eval_dataset_cfg=eval_cfg,
+        infer_eval_dataset_cfg=infer_cfg,
+        max_inference_examples=_evaluator_examples(inference_evaluator_cls),
+        random_seed=_random_seed(random_seed),
+        num_microbatches=settings.num_microbatches,
+        log_period=stats_period or min(eval_period or total_steps, total_steps),
+    )
+
+
+def _restore_for_reading(restore: Any, who: str) -> tuple[str, str | int]:
+    """The checkpoint path and launch's ``steps`` for an upstream RestoreCheckpointConfig."""
+    if not isinstance(restore, utils.RestoreCheckpointConfig):
+        raise ConfigurationError(
+            f"{who} must be a utils.RestoreCheckpointConfig, got {type(restore).__name__}"
+        )
+    _check_restore(restore, who)
+    path = _restore_path(restore, who)
+    if path is None:
+        raise ConfigurationError(
+            f"{who}.path is empty: set CHECKPOINT_PATH to a checkpoint_<step> or model folder"
+        )
+    return path, "all" if restore.mode == "all" else "latest"
+
+
+def evaluate(
+    *,
+    model: Any,
+    dataset_cfg: Any,
+    restore_checkpoint_cfg: Any,
+    partitioner: Any = None,
+    output_dir: str,
+    inference_evaluator_cls: Any = None,
+    summarize_config_fn: Callable[..., Any] | None = None,
+    train_state_initializer_cls: Any = None,
+    fallback_init_rng: int | None = None,
+    use_orbax: bool = False,
+) -> list[JobResult]:
+    """Upstream's ``eval.evaluate`` keywords, run by ``t5x.launch.evaluate`` (inference metrics)."""
+    if train_state_initializer_cls is not None:
+        raise _refuse(
+            "train_state_initializer_cls", train_state_initializer_cls, "initialisation is t5x-launch's"
+        )
+    if fallback_init_rng is not None:
+        raise _refuse("fallback_init_rng", fallback_init_rng, "every parameter must come from the checkpoint")
+    path, steps = _restore_for_reading(restore_checkpoint_cfg, "RestoreCheckpointConfig")
+    return launch.evaluate(
+        model=model,
+        dataset_cfg=dataset_config(dataset_cfg, who="dataset_cfg", measure=True),
+        checkpoint_path=path,
+        output_dir=output_dir,
+        steps=steps,
+        partitioner=partitioner,
+        max_examples=_evaluator_examples(inference_evaluator_cls),
+    )
+
+
+def infer(
+    *,
+    mode: str,
+    model: Any,
+    dataset_cfg: Any,
+    restore_checkpoint_cfg: Any,
+    partitioner: Any = None,
+    output_dir: str,
+    checkpoint_period: int = 100,
+    shard_id: int = 0,
+    num_shards: int = 1,
+    merge_chunked_results: bool = True,
+    write_fn: Callable[..., Any] | None = None,
+    checkpoint_ds_iter: bool = True,
+    fallback_init_rng: int | None = None,
+    merge_fn: Callable[..., Any] | None = None,
+    train_state_initializer_cls: Any = None,
+    use_orbax: bool = False,
+) -> str:
+    """Upstream's ``infer.infer`` keywords, run by ``t5x.launch.infer``.
+
+    ``mode`` ``'predict'`` and ``'score'`` are supported (``'predict_with_aux'``
+    writes what ``'predict'`` writes: each prediction with its score).
+
+    Returns:
+      The JSON Lines file written (``<output_dir>/<task>-<split>-<mode>.jsonl``).
+    """
+    if mode not in ("predict", "score", "predict_with_aux"):
+        raise ConfigurationError(f"infer mode must be 'predict', 'score' or 'predict_with_aux', got {mode!r}")
+    if num_shards != 1 or shard_id != 0:
+        raise _refuse("num_shards / shard_id", (num_shards, shard_id), "infer the whole split in one job")
+    for option, value in (
+        ("write_fn", write_fn),
+        ("merge_fn", merge_fn),
+        ("train_state_initializer_cls", train_state_initializer_cls),
+    ):
+        if value is not None:
+            raise _refuse(option, value, "t5x-launch writes JSON Lines in input order itself")
+    if fallback_init_rng is not None:
+        raise _refuse("fallback_init_rng", fallback_init_rng, "every parameter must come from the checkpoint")
+    path, steps = _restore_for_reading(restore_checkpoint_cfg, "RestoreCheckpointConfig")
+    if steps == "all":
+        raise _refuse(
+            "RestoreCheckpointConfig.mode", "all", "infer reads one checkpoint (the latest of a model folder)"
+        )
+    return launch.infer(
+        model=model,
+        dataset_cfg=dataset_config(dataset_cfg, who="dataset_cfg", measure=True),
+        checkpoint_path=path,
+        output_dir=output_dir,
+        mode="score" if mode == "score" else "predict",
+        partitioner=partitioner,
+    )

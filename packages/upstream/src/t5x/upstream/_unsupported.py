@@ -1,0 +1,72 @@
+"""Upstream t5x names that t5x-upstream does not provide, and what to use instead.
+
+Consulted when gin cannot resolve a name, so that the error says what to do
+rather than only that nothing matched.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Upstream name (as gin files write it, or its last part) -> what to use instead.
+UNSUPPORTED: dict[str, str] = {
+    "partitioning.ModelBasedPjitPartitioner": "its successor partitioning.PjitPartitioner (same keywords)",
+    "partitioning.PjitPartitioner.backend": "nothing: the mesh uses the JAX backend in use",
+    "checkpoints.SaveBestCheckpointer": "utils.SaveCheckpointConfig.keep (the newest checkpoints are kept)",
+    "trainer.EarlyStoppingAction": "TRAIN_STEPS (t5x-launch train has no early stopping)",
+    "models.EncoderDecoderModel.feature_converter_cls": "nothing: the model picks its feature converter",
+    "models.DecoderOnlyModel.feature_converter_cls": (
+        "inputs_bidirectional_attention (True: prefix LM) - the model picks its feature converter"
+    ),
+    "utils.get_training_eval_datasets": "train_eval_dataset_cfg (t5x-launch builds evaluation data itself)",
+    "utils.TrainStateInitializer": "nothing: t5x-launch initialises the train state itself",
+    "optimizers.MultiOptimizer": "t5x.training.multi_transform (an Optax optimizer) as the model's optimizer_def",
+    "optimizers.chain": "an Optax transformation (optax.chain) as the model's optimizer_def",
+    "optimizers.adamw": "t5x.training.adamw as the model's optimizer_def",
+    "optimizers.lion": "t5x.training.lion as the model's optimizer_def",
+    "export_lib": "nothing: model export (t5x/export.py) is not supported",
+    "t5x.contrib": "nothing: upstream's contrib packages (MoE, GPU recipes, ...) are not supported",
+    "t5x.export_lib": "nothing: model export is not supported",
+    "t5x.interactive_model": "t5x-launch infer / t5x.training.infer",
+    "t5x.precompile": "nothing: compilation happens at the first step",
+}
+
+_NAME = re.compile(
+    r"No configurable matching '([^']+)'"
+    r"|Couldn't resolve selector ([\w.]+);"
+    r"|Configurable '([^']+)' doesn't have a parameter named '([^']+)'"
+    r"|No module named '([^']+)'"
+)
+
+
+def _lookup(name: str) -> tuple[str, str] | None:
+    """The table entry for ``name`` or for a dotted suffix or prefix of it."""
+    parts = name.split(".")
+    for i in range(len(parts)):
+        key = ".".join(parts[i:])
+        if key in UNSUPPORTED:
+            return key, UNSUPPORTED[key]
+    for i in range(len(parts), 0, -1):
+        key = ".".join(parts[:i])
+        if key in UNSUPPORTED:
+            return key, UNSUPPORTED[key]
+    return None
+
+
+def explain_unsupported(message: str) -> str | None:
+    """A hint for a gin error naming an upstream name t5x-upstream lacks (None when it is not one)."""
+    match = _NAME.search(message)
+    if match is None:
+        return None
+    if match.group(3):
+        configurable, parameter = match.group(3), match.group(4)
+        name = f"{configurable.split('.')[-1]}.{parameter}"
+        candidates = [f"{'.'.join(configurable.split('.')[-2:])}.{parameter}", name]
+    else:
+        candidates = [next(g for g in match.groups() if g)]
+    for candidate in candidates:
+        found = _lookup(candidate)
+        if found is not None:
+            key, instead = found
+            return f"upstream t5x's {key} is not supported by t5x-upstream; use {instead}."
+    return None

@@ -1,0 +1,133 @@
+"""Upstream train / eval / infer keywords mapped onto t5x-launch's configuration, or refused by name."""
+
+import pytest
+
+from t5x import checkpoints, launch, trainer, utils
+from t5x.upstream import UnsupportedUpstreamOption
+from t5x.upstream import _scripts as scripts
+
+
+def _dataset(**overrides):
+    fields = dict(
+        mixture_or_task_name="task",
+        task_feature_lengths={"inputs": 8, "targets": 4},
+        split="validation",
+        batch_size=4,
+        shuffle=False,
+        seed=42,
+        pack=True,
+        module="my.tasks",
+    )
+    return utils.DatasetConfig(**{**fields, **overrides})
+
+
+def test_dataset_config_carries_every_field_over():
+    cfg = scripts.dataset_config(_dataset(), who="train_dataset_cfg", measure=False)
+    assert cfg == launch.DatasetConfig(
+        mixture_or_task_name="task",
+        task_feature_lengths={"inputs": 8, "targets": 4},
+        split="validation",
+        batch_size=4,
+        shuffle=False,
+        seed=42,
+        use_cached=False,
+        pack=True,
+        module="my.tasks",
+    )
+
+
+def test_dataset_config_refuses_what_would_change_the_data():
+    with pytest.raises(UnsupportedUpstreamOption, match="train_dataset_cfg.trim_output_features"):
+        scripts.dataset_config(_dataset(trim_output_features=False), who="train_dataset_cfg", measure=False)
+    with pytest.raises(UnsupportedUpstreamOption, match="train_dataset_cfg.task_feature_lengths=None"):
+        scripts.dataset_config(_dataset(task_feature_lengths=None), who="train_dataset_cfg", measure=False)
+
+
+def test_checkpoint_config_maps_save_and_restore():
+    cfg = utils.CheckpointConfig(
+        save=utils.SaveCheckpointConfig(period=5, keep=2, dtype="bfloat16"),
+        restore=utils.RestoreCheckpointConfig(path="/ckpt/checkpoint_100", mode="specific"),
+    )
+    got = scripts.checkpoint_config(cfg, total_steps=50)
+    assert (got.period, got.keep, got.dtype) == (5, 2, "bfloat16")
+    assert got.initial_checkpoint_path == "/ckpt/checkpoint_100" and got.keep_initial_step
+    scratch = scripts.checkpoint_config(
+        utils.CheckpointConfig(
+            save=utils.SaveCheckpointConfig(), restore=utils.RestoreCheckpointConfig(path=[])
+        ),
+        total_steps=50,
+    )
+    assert (
+        scratch.initial_checkpoint_path is None and scratch.period == 50
+    )  # upstream's None period: at the end
+
+
+@pytest.mark.parametrize(
+    ("cfg", "named"),
+    [
+        (
+            utils.CheckpointConfig(
+                save=utils.SaveCheckpointConfig(checkpointer_cls=checkpoints.SaveBestCheckpointer)
+            ),
+            "SaveBestCheckpointer",
+        ),
+        (
+            utils.CheckpointConfig(
+                restore=utils.RestoreCheckpointConfig(path="p", assignment_map=[("a", "b")])
+            ),
+            "assignment_map",
+        ),
+        (
+            utils.CheckpointConfig(restore=utils.RestoreCheckpointConfig(path="p", fallback_to_scratch=True)),
+            "fallback_to_scratch",
+        ),
+        (utils.CheckpointConfig(restore=utils.RestoreCheckpointConfig(path="p", mode="all")), "mode='all'"),
+        (utils.CheckpointConfig(restore=utils.RestoreCheckpointConfig(path=["a", "b"])), "path"),
+    ],
+)
+def test_checkpoint_config_refuses_by_name(cfg, named):
+    with pytest.raises(UnsupportedUpstreamOption, match="not supported by t5x-launch") as error:
+        scripts.checkpoint_config(cfg, total_steps=10)
+    assert named in str(error.value)
+
+
+def test_train_refuses_semantic_options_before_doing_anything(tmp_path):
+    common = dict(model=None, train_dataset_cfg=_dataset(), model_dir=str(tmp_path / "m"), total_steps=2)
+    early = trainer.EarlyStoppingAction(metric=("task", "loss"), mode="min")
+    with pytest.raises(UnsupportedUpstreamOption, match="EarlyStoppingAction"):
+        scripts.train(**common, actions={"TRAIN_EVAL": [early]})
+    with pytest.raises(UnsupportedUpstreamOption, match="get_dataset_fn"):
+        scripts.train(**common, get_dataset_fn=lambda *a: None)
+    with pytest.raises(UnsupportedUpstreamOption, match="trainer_cls"):
+        scripts.train(**common, trainer_cls=object)
+    assert not (tmp_path / "m").exists()
+
+
+def test_trainer_settings_come_from_the_class_gin_binds():
+    import gin
+
+    gin.clear_config()
+    configurable = gin.external_configurable(trainer.Trainer, name="UpstreamTrainerForTest")
+    gin.bind_parameter("UpstreamTrainerForTest.num_microbatches", 4)
+    try:
+        assert scripts._trainer_settings(configurable).num_microbatches == 4
+    finally:
+        gin.clear_config()
+
+
+def test_infer_and_evaluate_refuse_sharded_or_custom_writers(tmp_path):
+    restore = utils.RestoreCheckpointConfig(path=str(tmp_path), mode="specific")
+    common = dict(
+        model=None, dataset_cfg=_dataset(), restore_checkpoint_cfg=restore, output_dir=str(tmp_path)
+    )
+    with pytest.raises(UnsupportedUpstreamOption, match="num_shards"):
+        scripts.infer(mode="predict", num_shards=2, **common)
+    with pytest.raises(UnsupportedUpstreamOption, match="write_fn"):
+        scripts.infer(mode="predict", write_fn=print, **common)
+    with pytest.raises(launch.ConfigurationError, match="infer mode"):
+        scripts.infer(mode="decode", **common)
+    empty = utils.RestoreCheckpointConfig(path=[])
+    with pytest.raises(launch.ConfigurationError, match="CHECKPOINT_PATH"):
+        scripts.evaluate(
+            model=None, dataset_cfg=_dataset(), restore_checkpoint_cfg=empty, output_dir=str(tmp_path)
+        )
