@@ -24,6 +24,7 @@ import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
 import tensorflow as tf
 
 from t5x import tasks as _core
@@ -36,6 +37,7 @@ from t5x.tasks.seqio_extras import (
 )
 from t5x.tasks.seqio_extras import (
     ContinuousFeature,
+    as_seed_tensor,
     fold_seed,
     is_seqio_cache,
     preprocessor_seed_scope,
@@ -49,6 +51,7 @@ from t5x.tasks.seqio_extras import ProtoDataSource as _CoreProtoDataSource
 _log = logging.getLogger("t5x.seqio")
 SHUFFLE_BUFFER_SIZE = 1000
 _MAX_EXAMPLES_TO_MEM_CACHE = 10000
+_BARE = "__seqio_bare_element__"
 
 
 def task_cache_dir(cache_dir: str, task_name: str) -> str:
@@ -540,15 +543,34 @@ class Task(_core.Task):
         return _CachedDataSource(self.name, self.cache_dir, split, is_seqio_cache(self.cache_dir))
 
     # ---- preprocessing ----
+    # The core's input pipeline (t5x-launch's BatchIterator, the Beam cache) batches raw
+    # examples as dicts. A seqio source may yield bare tensors (TextLineDataSource yields
+    # lines), so ``source_dataset`` wraps them under _BARE and preprocessing unwraps them.
+    def source_dataset(
+        self, split: str, shuffle: bool = True, seed: Any = None, shard_info: Any = None
+    ) -> Any:
+        ds = super().source_dataset(split, shuffle=shuffle, seed=seed, shard_info=shard_info)
+        if not isinstance(ds.element_spec, Mapping):
+            ds = ds.map(lambda x: {_BARE: x})
+        return ds
+
+    @staticmethod
+    def _unwrap(dataset: tf.data.Dataset) -> tf.data.Dataset:
+        spec = dataset.element_spec
+        if isinstance(spec, Mapping) and set(spec) == {_BARE}:
+            return dataset.map(lambda x: x[_BARE])
+        return dataset
+
     def _preprocess_dataset(
         self,
         dataset: tf.data.Dataset,
         start: int,
         stop: int,
         sequence_length: Mapping[str, Any] | None,
-        seed: int | None,
+        seed: Any,
     ) -> tf.data.Dataset:
-        core_seed = None if seed is None else tf.constant([0, int(seed)], tf.int64)
+        dataset = self._unwrap(dataset)
+        core_seed = None if seed is None else as_seed_tensor(seed)
         for index in range(start, stop):
             prep = self.preprocessors[index]
             if isinstance(prep, _core.CacheDatasetPlaceholder):
@@ -556,55 +578,53 @@ class Task(_core.Task):
             bound = utils.add_kwargs_to_transform(
                 prep, sequence_length=sequence_length, output_features=self.output_features
             )
-            # Core preprocessors (t5x.tasks) draw their seeds from this scope, seqio-style ones from
-            # map_seed_manager; either way a seeded task is reproducible.
-            scope = preprocessor_seed_scope(fold_seed(core_seed, index)) if core_seed is not None else None
-            if scope is None:
+            # Core preprocessors (t5x.tasks) draw their seeds from this scope; seqio-style ones from
+            # map_seed_manager when the seed is an int, else from this scope too (see utils).
+            if core_seed is None:
                 dataset = bound(dataset)
             else:
-                with scope:
+                with preprocessor_seed_scope(fold_seed(core_seed, index)):
                     dataset = bound(dataset)
         return dataset
 
-    def preprocess_precache(self, dataset: tf.data.Dataset, seed: int | None = None) -> tf.data.Dataset:
+    @staticmethod
+    def _seed_manager(seed: Any) -> Any:
+        # seqio's counter takes Python ints; a seed tensor (from the core's pipelines) leaves it unset.
+        return utils.map_seed_manager(int(seed) if isinstance(seed, int | np.integer) else None)
+
+    def preprocess_precache(self, dataset: tf.data.Dataset, seed: Any = None) -> tf.data.Dataset:
         """Runs the preprocessors before the CacheDatasetPlaceholder (none when there is none)."""
         if not self.supports_caching:
-            return dataset
-        with utils.map_seed_manager(seed):
+            return self._unwrap(dataset)
+        with self._seed_manager(seed):
             return self._preprocess_dataset(dataset, 0, self._cache_step_idx or 0, None, seed)
 
     def preprocess_postcache(  # type: ignore[override]
-        self,
-        dataset: tf.data.Dataset,
-        sequence_length: Mapping[str, Any] | None = None,
-        seed: int | None = None,
+        self, dataset: tf.data.Dataset, sequence_length: Mapping[str, Any] | None = None, seed: Any = None
     ) -> tf.data.Dataset:
         """Runs the preprocessors after the CacheDatasetPlaceholder (all of them when there is none)."""
         start = 0
         if self.supports_caching:
             assert self._cache_step_idx is not None
-            seed = None if seed is None else seed + 42 * self._cache_step_idx
+            if isinstance(seed, int | np.integer):
+                seed = int(seed) + 42 * self._cache_step_idx
+            elif seed is not None:
+                seed = fold_seed(as_seed_tensor(seed), 42 * self._cache_step_idx)
             start = self._cache_step_idx + 1
-        with utils.map_seed_manager(seed):
+        with self._seed_manager(seed):
             return self._preprocess_dataset(dataset, start, len(self.preprocessors), sequence_length, seed)
 
-    def preprocess(  # type: ignore[override]
+    def preprocess(
         self,
         dataset: tf.data.Dataset,
         sequence_length: Mapping[str, Any] | None = None,
         seed: Any = None,
-        trim_output_features: bool | None = None,
+        trim_output_features: bool = True,
     ) -> tf.data.Dataset:
-        """Every preprocessor, pre- and post-cache.
-
-        t5x.tasks' input pipeline (what t5x-launch trains from) calls this with the
-        core's contract, a seed tensor and ``trim_output_features``; that call runs
-        the core's preprocessing, so a seqio task module trains under t5x-launch.
-        """
-        if trim_output_features is not None or tf.is_tensor(seed):
-            trim = True if trim_output_features is None else trim_output_features
-            return _core.Task.preprocess(self, dataset, sequence_length, seed=seed, trim_output_features=trim)
-        return self.preprocess_postcache(self.preprocess_precache(dataset, seed), sequence_length, seed)
+        """Every preprocessor, pre- and post-cache, then validation and (optionally) trimming."""
+        ds = self.preprocess_postcache(self.preprocess_precache(dataset, seed), sequence_length, seed)
+        ds = self._validate_preprocessing(ds)
+        return trim_dataset(ds, sequence_length, self.output_features) if trim_output_features else ds
 
     def _validate_preprocessing(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         spec = dataset.element_spec

@@ -25,9 +25,11 @@ from t5x.tasks import (
     Feature,
     add_global_cache_dirs,
     get_global_cache_dirs,
+    seqio_extras,
     set_global_cache_dirs,
     stateless_shuffle,
 )
+from t5x.tasks import map_over_dataset as _core_map_over_dataset
 from t5x.tasks.seqio_extras import (
     dict_to_tfexample,
     flatten_dict,
@@ -106,6 +108,13 @@ def map_over_dataset(
     def with_seeds(inner: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(inner)
         def transform(ds: tf.data.Dataset, *args: Any, **kwargs: Any) -> tf.data.Dataset:
+            if _NEXT_MAP_SEED is None and seqio_extras.in_preprocessor_seed_scope():
+                # Inside a core pipeline (t5x-launch's iterator, the Beam cache): use the core's
+                # position-derived seeds, so that resumed and re-sharded runs repeat their draws.
+                core_fn = _core_map_over_dataset(
+                    inner, num_seeds=num_seeds, num_parallel_calls=num_parallel_calls
+                )
+                return core_fn(ds, *args, **kwargs)
             pairs = _take_seed_pairs(int(num_seeds or 0))
             streams = tuple(
                 (tf.data.Dataset.random(seed=a), tf.data.Dataset.random(seed=b)) for a, b in pairs

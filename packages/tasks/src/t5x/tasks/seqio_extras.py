@@ -39,13 +39,20 @@ from t5x.tasks._tfexample import (
     tfexample_to_dict,
     unflatten_dict,
 )
-from t5x.tasks._utils import fold_seed, preprocessor_seed_scope
+from t5x.tasks._utils import _SEED_SCOPES, as_seed_tensor, fold_seed, preprocessor_seed_scope
+
+
+def in_preprocessor_seed_scope() -> bool:
+    """Whether a ``preprocessor_seed_scope`` is active (a core pipeline is seeding preprocessors)."""
+    return bool(_SEED_SCOPES)
+
 
 __all__ = [
     "COMPLETED",
     "ContinuousFeature",
     "ProtoDataSource",
     "apply_feature_converter",
+    "as_seed_tensor",
     "dict_to_tfexample",
     "flatten_dict",
     "fold_seed",
@@ -54,6 +61,7 @@ __all__ = [
     "get_cached_tfrecord_prefix",
     "get_dataset",
     "get_task_dir_from_name",
+    "in_preprocessor_seed_scope",
     "is_seqio_cache",
     "list_files",
     "mixing_rate_num_characters",
