@@ -140,3 +140,22 @@ def test_cache_tasks_delegates_to_the_tasks_cache_command(capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "--module_import" in out and "--output_cache_dir" in out
+
+
+def test_inspect_task_imports_a_task_module_from_the_current_folder(tmp_path, monkeypatch, capsys):
+    (tmp_path / "inspect_me_tasks.py").write_text(
+        "import t5x.tasks as tt\n"
+        "from t5x.vocabularies import ByteVocabulary\n"
+        "tt.TaskRegistry.add('inspect_me', tt.InMemoryDataSource({'train': [{'targets': 'hi'}]}),\n"
+        "                    {'targets': tt.Feature(ByteVocabulary())}, preprocessors=[tt.tokenize])\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "inspect_me_tasks", raising=False)
+    try:
+        assert main(["inspect-task", "inspect_me", "--module_import", "inspect_me_tasks", "--n", "1"]) == 0
+    finally:
+        import t5x.tasks
+
+        t5x.tasks.TaskRegistry.remove("inspect_me")
+    assert "text: 'hi'" in capsys.readouterr().out

@@ -161,7 +161,8 @@ def _cmd_infer(args: argparse.Namespace, bindings: list[str]) -> int:
 def _cmd_inspect_task(args: argparse.Namespace, _: list[str]) -> int:
     from t5x.tasks.cli import main as tasks_main
 
-    return tasks_main(["inspect", args.task, "--split", args.split, "--n", str(args.n)])
+    modules = [flag for module in args.module_import for flag in ("--module_import", module)]
+    return tasks_main(["inspect", args.task, "--split", args.split, "--n", str(args.n), *modules])
 
 
 def _cmd_cache_tasks(args: argparse.Namespace, _: list[str]) -> int:
@@ -398,6 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("task", help="a registered task or mixture")
     inspect.add_argument("--split", default="train")
     inspect.add_argument("--n", type=int, default=3, help="number of examples")
+    inspect.add_argument(
+        "--module_import", action="append", default=[], help="a module that registers tasks; repeatable"
+    )
 
     cache = command(
         "cache-tasks",
