@@ -57,3 +57,38 @@ def test_a_real_seqio_wins(clean_alias, tmp_path, monkeypatch):
     import seqio
 
     assert seqio.REAL is True
+
+
+def test_a_seqio_task_module_registers_in_the_core(clean_alias, tmp_path, monkeypatch):
+    (tmp_path / "train.txt").write_text("hello\nworld\n")
+    (tmp_path / "my_seqio_tasks.py").write_text(
+        "import functools\n"
+        "import seqio\n"
+        "from seqio import preprocessors\n"
+        "\n"
+        "vocab = seqio.ByteVocabulary()\n"
+        "seqio.TaskRegistry.add(\n"
+        "    'module_task',\n"
+        f"    source=seqio.TextLineDataSource({{'train': {str(tmp_path / 'train.txt')!r}}}),\n"
+        "    preprocessors=[\n"
+        "        seqio.map_over_dataset(lambda line: {'targets': line}),\n"
+        "        preprocessors.tokenize,\n"
+        "        preprocessors.append_eos,\n"
+        "    ],\n"
+        "    output_features={'targets': seqio.Feature(vocab)},\n"
+        ")\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    t5x.seqio.install_as_seqio()
+    import t5x.tasks as core
+
+    try:
+        importlib.import_module("my_seqio_tasks")
+        ds = core.get_mixture_or_task("module_task").get_dataset(None, shuffle=False)
+        assert [list(ex["targets"]) for ex in ds.as_numpy_iterator()] == [
+            [107, 104, 111, 111, 114, 1],
+            [122, 114, 117, 111, 103, 1],
+        ]
+    finally:
+        core.TaskRegistry.remove("module_task")
+        sys.modules.pop("my_seqio_tasks", None)

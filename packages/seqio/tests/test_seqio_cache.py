@@ -163,3 +163,14 @@ def test_requires_caching_refuses_on_the_fly():
     )
     with pytest.raises(ValueError, match="requires caching"):
         task.get_dataset(None, use_cached=False)
+
+
+def test_core_task_rates_use_cached_stats(cache_root):
+    write_seqio_cache(cache_root, "cached_core_rates")
+    task = core.Task(
+        "cached_core_rates",
+        source=core.InMemoryDataSource({"train": [{"inputs": "x", "targets": "y"}]}),
+        output_features={"inputs": core.Feature(VOCAB), "targets": core.Feature(VOCAB)},
+    )
+    assert seqio.mixing_rate_num_examples(task) == 3.0  # the cache's count, not the source's 1
+    assert seqio.mixing_rate_num_characters(task) == 42.0

@@ -126,10 +126,23 @@ def trim_dataset(
 
 
 def _cached_stats(task: Any, split: str) -> Mapping[str, Any] | None:
+    """The task's cached ``stats.<split>.json`` (seqio's cache layout or ours), or None when uncached."""
     getter = getattr(task, "get_cached_stats", None)
-    if getter is None or not getattr(task, "cache_dir", None):
+    if getter is not None:
+        return getter(split) if getattr(task, "cache_dir", None) else None
+    import os
+
+    from t5x.tasks._offline_cache import COMPLETED, get_global_cache_dirs, task_cache_dir
+    from t5x.tasks._seqio_cache import find_seqio_cache, get_cached_stats_path, read_stats
+
+    dirs = get_global_cache_dirs()
+    found = find_seqio_cache(task.name, dirs)
+    if found is None:
+        ours = (task_cache_dir(d, task.name) for d in dirs)
+        found = next((t for t in ours if tf.io.gfile.exists(os.path.join(t, COMPLETED))), None)
+    if found is None or not tf.io.gfile.exists(get_cached_stats_path(found, split)):
         return None
-    return getter(split)
+    return read_stats(found, split)
 
 
 def mixing_rate_num_examples(
