@@ -136,6 +136,7 @@ def _is_example(item) -> bool:
     return callspec is not None and isinstance(callspec.params.get("block"), Block)
 
 
+@pytest.mark.slow  # together about 140 CPU-seconds: mostly importing TensorFlow / JAX and compiling
 @pytest.mark.parametrize("block", RUNNABLE, ids=[b.id for b in RUNNABLE])
 def test_example_runs(block: Block, example_runs):
     result = example_runs[block.id].result()
