@@ -238,3 +238,20 @@ def test_task_replace_keeps_the_rest():
     )
     with pytest.raises(ValueError, match="unknown arguments"):
         task.replace(bogus=1)
+
+
+def test_assigning_a_new_registry_dict_resets_the_shared_registry(clean_registry):
+    saved_tasks, saved_mixtures = dict(core.TaskRegistry._REGISTRY), dict(core.MixtureRegistry._REGISTRY)
+    try:
+        seqio.TaskRegistry._REGISTRY = {}  # how seqio's own tests clear the registry
+        seqio.MixtureRegistry._REGISTRY = {}
+        assert core.TaskRegistry.names() == [] and core.MixtureRegistry.names() == []
+        task = _add("after_reset")
+        assert core.get_mixture_or_task("after_reset") is task
+        mixture = seqio.MixtureRegistry.add("after_reset_mix", [("after_reset", 2.0)])
+        assert mixture._task_to_rate == {"after_reset": 2.0}
+    finally:
+        core.TaskRegistry._REGISTRY.clear()
+        core.TaskRegistry._REGISTRY.update(saved_tasks)
+        core.MixtureRegistry._REGISTRY.clear()
+        core.MixtureRegistry._REGISTRY.update(saved_mixtures)

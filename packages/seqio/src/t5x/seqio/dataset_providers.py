@@ -717,7 +717,24 @@ class DatasetProviderRegistry:
     _REGISTRY: ClassVar[dict[str, Any]]
 
 
-class TaskRegistry(_core.TaskRegistry):
+class _SharedRegistryMeta(type):
+    """Keeps a facade registry's ``_REGISTRY`` the core's dict, even when code assigns a new one.
+
+    seqio's tests reset registries with ``TaskRegistry._REGISTRY = {}``; that replaces the
+    contents of the shared dict instead of detaching the facade from the core.
+    """
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        if name == "_REGISTRY":
+            shared = cls._REGISTRY  # type: ignore[attr-defined]
+            if value is not shared:
+                shared.clear()
+                shared.update(value)
+            return
+        super().__setattr__(name, value)
+
+
+class TaskRegistry(_core.TaskRegistry, metaclass=_SharedRegistryMeta):
     """The global task registry (the core's): ``add`` takes seqio's arguments."""
 
     @classmethod
@@ -778,6 +795,11 @@ class Mixture(_core.Mixture):
         return self._source_info
 
     @property
+    def _task_to_rate(self) -> dict[str, Any]:
+        """Entry name -> its rate (a number or a callable), as seqio keeps them."""
+        return {item.name: rate for item, rate in self._entries}
+
+    @property
     def total_rate(self) -> float:
         return sum(self.get_rate(t) for t in self.tasks)
 
@@ -812,7 +834,7 @@ class Mixture(_core.Mixture):
         )
 
 
-class MixtureRegistry(_core.MixtureRegistry):
+class MixtureRegistry(_core.MixtureRegistry, metaclass=_SharedRegistryMeta):
     """The global mixture registry (the core's), building seqio-style Mixtures."""
 
     @classmethod
