@@ -255,3 +255,15 @@ def test_assigning_a_new_registry_dict_resets_the_shared_registry(clean_registry
         core.TaskRegistry._REGISTRY.update(saved_tasks)
         core.MixtureRegistry._REGISTRY.clear()
         core.MixtureRegistry._REGISTRY.update(saved_mixtures)
+
+
+def test_get_dataset_trims_each_dimension_with_list_lengths():
+    matrix_feature = seqio.Feature(seqio.PassThroughVocabulary(100), add_eos=False, rank=2)
+    task = seqio.Task(
+        "per_dim",
+        source=core.InMemoryDataSource({"train": [{"grid": [[1, 2, 3], [4, 5, 6], [7, 8, 9]]}]}),
+        output_features={"grid": matrix_feature},
+        preprocessors=[],
+    )
+    ex = next(iter(seqio.get_dataset(task, {"grid": [2, 1]})))
+    np.testing.assert_array_equal(ex["grid"], [[1], [4]])
