@@ -235,3 +235,8 @@ def test_seqio_style_custom_converter():
         list(TargetsOnlyConverter(pack=False)(ds, {"targets": 2}))
     assert isinstance(seqio.EncDecFeatureConverter(), seqio.FeatureConverter)
     assert isinstance(seqio.PassThroughFeatureConverter(), seqio.FeatureConverter)
+
+
+def test_mark_completed_writes_seqios_marker(tmp_path):
+    task_dir = tu.mark_completed(str(tmp_path), "a:b")
+    assert (tmp_path / "a" / "b" / "COMPLETED").exists() and task_dir == str(tmp_path / "a" / "b")

@@ -370,6 +370,15 @@ def sentencepiece_vocab(
     )
 
 
+def mark_completed(cache_dir: str, task_name: str) -> str:
+    """Writes the ``COMPLETED`` marker of ``task_name``'s cache in seqio's layout; returns the task folder."""
+    task_dir = os.path.join(cache_dir, utils.get_task_dir_from_name(task_name))
+    tf.io.gfile.makedirs(task_dir)
+    with tf.io.gfile.GFile(os.path.join(task_dir, "COMPLETED"), "w") as f:
+        f.write("")
+    return task_dir
+
+
 def clear_tasks() -> None:
     TaskRegistry.reset()
 
@@ -447,6 +456,7 @@ __all__ = [
     "create_default_dataset",
     "create_prediction",
     "encode_str",
+    "mark_completed",
     "random_token_preprocessor",
     "sentencepiece_vocab",
     "split_tsv_preprocessor",
