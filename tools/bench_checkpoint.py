@@ -22,9 +22,11 @@ alternating round by round, it times:
 Throughput is state bytes / wall seconds; the table shows medians. On a shared
 machine the with/without difference is within the noise, so the checksum work
 is also timed directly (the CPU seconds of checksum work in one save and one
-restore: digests, ``.zarray`` reads, the manifest, the checks; see ``checksum_work``)
-and shown against the median save / restore; and the time XXH3 alone takes to
-digest the state's bytes. Usage:
+restore: digests, the manifest, the checks; see ``checksum_work``) and shown
+against the median save / restore and against its process CPU time; and the time
+XXH3 alone takes to digest the state's bytes. Each save and restore also records
+the process CPU time (every thread, TensorStore's included), which a loaded
+machine disturbs less than wall time. Usage:
 
     python tools/bench_checkpoint.py [--repeats 3] [--compression gzip,zstd]
         [--dir /tmp/x] [--json OUT]
@@ -124,18 +126,25 @@ def _timed(fn):
     return time.perf_counter() - start, out
 
 
+def _timed_cpu(fn):
+    """``(wall seconds, process CPU seconds (every thread, TensorStore's included), result)``."""
+    start, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - start, time.process_time() - cpu, out
+
+
 def ours_save_restore(state, root, step, compression, checksums=True):
     from t5x.checkpointing import Checkpointer, _integrity
 
     ckpt = Checkpointer(root, async_save=False, compression=compression, verify=checksums)
     _integrity.WRITE_CHECKSUMS = checksums
     try:
-        save_s, _ = _timed(lambda: ckpt.save(step, state))
+        save_s, save_cpu, _ = _timed_cpu(lambda: ckpt.save(step, state))
     finally:
         _integrity.WRITE_CHECKSUMS = True
     target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
     shardings = jax.tree.map(lambda x: x.sharding, state)
-    restore_s, restored = _timed(
+    restore_s, restore_cpu, restored = _timed_cpu(
         lambda: jax.block_until_ready(ckpt.restore(step, target=target, shardings=shardings).state)
     )
     ok = all(
@@ -143,7 +152,7 @@ def ours_save_restore(state, root, step, compression, checksums=True):
         for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(restored))
     )
     ckpt.close()
-    return save_s, restore_s, ok
+    return (save_s, save_cpu), (restore_s, restore_cpu), ok
 
 
 def ours_async_block(state, root, step, compression):
@@ -163,7 +172,7 @@ def checksum_work(state, root, step, compression) -> tuple[float, float]:
     """CPU seconds of checksum work in one save and one restore.
 
     Save: the seconds inside the functions that exist only for checksums
-    (digests, ``.zarray`` reads, building and writing the manifest). Restore:
+    (the chunk digests; gathering, building and writing the manifest). Restore:
     the seconds comparing chunk digests during a restore, plus how much longer
     the metadata checks take with verification than without (best of 3; the
     containment checks run either way).
@@ -186,12 +195,12 @@ def checksum_work(state, root, step, compression) -> tuple[float, float]:
 
         return wrapper
 
-    save_only = ("piece_digests", "read_zarray", "build_manifest", "write_json")
-    originals = {name: getattr(_integrity, name) for name in save_only}
+    digests = _integrity.piece_digests
+    write_manifest = Checkpointer._write_manifest  # all of the manifest: gathering, building, writing
     verify = _integrity.ArrayCheck.verify
     try:
-        for name, fn in originals.items():
-            setattr(_integrity, name, timed(fn))
+        _integrity.piece_digests = timed(digests)
+        Checkpointer._write_manifest = timed(write_manifest)  # type: ignore[method-assign]
         _integrity.ArrayCheck.verify = timed(verify)  # type: ignore[method-assign]
         ckpt = Checkpointer(root, async_save=False, compression=compression)
         ckpt.save(step, state)
@@ -201,8 +210,8 @@ def checksum_work(state, root, step, compression) -> tuple[float, float]:
         jax.block_until_ready(ckpt.restore(step, target=target, shardings=shardings).state)
         ckpt.close()
     finally:
-        for name, fn in originals.items():
-            setattr(_integrity, name, fn)
+        _integrity.piece_digests = digests
+        Checkpointer._write_manifest = write_manifest  # type: ignore[method-assign]
         _integrity.ArrayCheck.verify = verify  # type: ignore[method-assign]
 
     def metadata_seconds(check: bool) -> float:
@@ -296,6 +305,7 @@ def main() -> None:
         have_orbax = not args.no_orbax
     except ImportError:
         have_orbax = False
+    load_at_start = os.getloadavg()
     state = make_train_state()
     nbytes = _nbytes(state)
     mb = nbytes / 1e6
@@ -315,13 +325,15 @@ def main() -> None:
             # checksums take turns going first.
             for checksums in (True, False) if round_index % 2 == 0 else (False, True):
                 step += 1
-                save_s, restore_s, ok = ours_save_restore(
+                (save_s, save_cpu), (restore_s, restore_cpu), ok = ours_save_restore(
                     state, f"{scratch}/ours-{compression}", step, compression, checksums=checksums
                 )
                 assert ok, "restored values differ"
                 label = compression if checksums else f"{compression}, no-checksums"
                 add(f"ours[{label}] save", save_s)
                 add(f"ours[{label}] restore", restore_s)
+                add(f"ours[{label}] save cpu", save_cpu)
+                add(f"ours[{label}] restore cpu", restore_cpu)
             step += 1
             save_s, restore_s = checksum_work(state, f"{scratch}/ours-{compression}", step, compression)
             add(f"ours[{compression}] checksum work in save", save_s)
@@ -349,11 +361,12 @@ def main() -> None:
 
     medians = {k: statistics.median(v) for k, v in results.items()}
     print(
-        f"\nload average {os.getloadavg()}, {os.cpu_count()} CPUs, jax {jax.__version__} ({jax.default_backend()})"
+        f"\nload average {os.getloadavg()} (at the start {load_at_start}), {os.cpu_count()} CPUs, "
+        f"jax {jax.__version__} ({jax.default_backend()})"
     )
     print(f"{'run':34} {'median s':>9} {'MB/s':>8} {'vs orbax':>9}")
     for key, seconds in medians.items():
-        if "async" in key or "checksum work" in key:
+        if "async" in key or "checksum work" in key or key.endswith(" cpu"):
             continue
         kind = key.rsplit(" ", 1)[1]
         ratio = ""
@@ -369,11 +382,15 @@ def main() -> None:
             work = medians[f"ours[{compression}] checksum work in {kind}"]
             best_with = min(results[f"ours[{compression}] {kind}"])
             best_without = min(results[f"ours[{compression}, no-checksums] {kind}"])
+            cpu_with = medians[f"ours[{compression}] {kind} cpu"]
+            cpu_without = medians[f"ours[{compression}, no-checksums] {kind} cpu"]
             print(
                 f"ours[{compression}] {kind}: {with_s:.3f} s with checksums, {without_s:.3f} s without "
                 f"({100 * (with_s - without_s) / without_s:+.1f}%; best {best_with:.3f} s vs {best_without:.3f} s, "
-                f"{100 * (best_with - best_without) / best_without:+.1f}%); checksum work measured inside: "
-                f"{work:.3f} CPU s ({100 * work / with_s:.1f}% of the {kind})"
+                f"{100 * (best_with - best_without) / best_without:+.1f}%); process CPU {cpu_with:.3f} s vs "
+                f"{cpu_without:.3f} s ({100 * (cpu_with - cpu_without) / cpu_without:+.1f}%); checksum work "
+                f"measured inside: {work:.3f} CPU s ({100 * work / with_s:.1f}% of the {kind}, "
+                f"{100 * work / cpu_without:.1f}% of its CPU time)"
             )
     for compression in compressions:
         blocked = medians[f"ours[{compression}] async blocked"]
@@ -385,7 +402,13 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(
-                {"bytes": nbytes, "loadavg": os.getloadavg(), "seconds": results, "medians": medians},
+                {
+                    "bytes": nbytes,
+                    "loadavg": os.getloadavg(),
+                    "loadavg_at_start": load_at_start,
+                    "seconds": results,
+                    "medians": medians,
+                },
                 handle,
                 indent=1,
             )

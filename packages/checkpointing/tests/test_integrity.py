@@ -206,6 +206,39 @@ def test_intact_checkpoint_reads_every_way(pristine, read):
     assert_same_tree(load_t5x_checkpoint(pristine), make_state(step=STEP))
 
 
+def test_manifest_records_every_zarray_exactly_as_written(pristine):
+    # The writer reads one .zarray per dtype and derives the others: each must equal its file.
+    import xxhash
+
+    step = _step(pristine)
+    arrays = json.loads((step / "checksums.json").read_text())["arrays"]
+    assert len(arrays) == 16 and len({record["zarray"]["dtype"] for record in arrays.values()}) > 1
+    for folder, record in arrays.items():
+        raw = (step / folder / ".zarray").read_bytes()
+        assert record["zarray"] == json.loads(raw), folder
+        assert record["zarray_digest"] == xxhash.xxh3_64_hexdigest(raw), folder
+
+
+def test_manifest_reads_every_zarray_when_it_cannot_derive_them(tmp_path, monkeypatch):
+    import xxhash
+
+    from t5x.checkpointing import _integrity
+
+    read = []
+    real_read = _integrity.read_zarray
+    monkeypatch.setattr(_integrity, "read_zarray", lambda folder: read.append(folder) or real_read(folder))
+    monkeypatch.setattr(_integrity, "zarray_text", lambda zarray: b"formatted otherwise")
+    Checkpointer(tmp_path, async_save=False).save(1, make_state())
+    step = tmp_path / "checkpoint_1"
+    arrays = json.loads((step / "checksums.json").read_text())["arrays"]
+    assert len(read) == len(arrays) == 16
+    for folder, record in arrays.items():
+        raw = (step / folder / ".zarray").read_bytes()
+        assert record["zarray"] == json.loads(raw)
+        assert record["zarray_digest"] == xxhash.xxh3_64_hexdigest(raw)
+    assert_same_tree(load_t5x_checkpoint(tmp_path), make_state())
+
+
 def test_verification_report(pristine):
     report = verify_checkpoint(pristine)
     assert isinstance(report, VerificationReport)

@@ -251,3 +251,36 @@ def test_loading_a_path_without_checkpoint_names_it(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no complete checkpoint in .*empty"):
         load_t5x_checkpoint(tmp_path / "empty")
+
+
+class _StateObject:
+    """A train state that is not a mapping but knows its T5X state dict (as t5x.training's TrainState)."""
+
+    def __init__(self, state_dict):
+        self._state_dict = state_dict
+
+    def state_dict(self):
+        return self._state_dict
+
+
+def test_restore_takes_train_state_objects_for_target_and_shardings(tmp_path):
+    state = make_state()
+    ckpt = Checkpointer(tmp_path, async_save=False)
+    ckpt.save(7, state)
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    restored = ckpt.restore(
+        target=_StateObject(jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)),
+        shardings=_StateObject(jax.tree.map(lambda _: sharding, state)),
+    )
+    assert_same_tree(restored.state, state)
+    kernel = restored.state["target"]["encoder"]["layers_0"]["attention"]["query"]["kernel"]
+    assert isinstance(kernel, jax.Array) and kernel.sharding == sharding
+    assert_same_tree(ckpt.restore(target=_StateObject(state), fallback_to_target=True).state, state)
+
+
+@pytest.mark.parametrize("where", ["target", "shardings"])
+def test_restore_names_a_target_it_cannot_read(tmp_path, where):
+    ckpt = Checkpointer(tmp_path, async_save=False)
+    ckpt.save(7, make_state())
+    with pytest.raises(TypeError, match=f"{where} must be a T5X state dict .* got object"):
+        ckpt.restore(**{where: object()})

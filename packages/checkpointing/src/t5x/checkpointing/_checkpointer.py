@@ -261,7 +261,7 @@ class Checkpointer:
                 with open(os.path.join(tmp_dir, name), "rb") as handle:
                     files[name] = handle.read()
         manifest = _integrity.build_manifest(
-            tmp_dir, _format.stored_arrays(leaves), merged, written.zarrays, files, _format.ts_context()
+            tmp_dir, _format.stored_arrays(leaves), merged, files, _format.ts_context()
         )
         path = os.path.join(tmp_dir, _integrity.MANIFEST_FILE)
         _integrity.write_json(path, manifest)
@@ -363,9 +363,13 @@ class Checkpointer:
         Args:
           step: which checkpoint.
           target: a state dict of the wanted structure (arrays or
-            ``jax.ShapeDtypeStruct``s); shapes are checked, floats are cast to
+            ``jax.ShapeDtypeStruct``s), or a train state object with a
+            ``state_dict()`` method (``t5x.training``'s ``TrainState``, e.g.
+            ``init_train_state(...).state`` or its abstract ``.shapes``), which
+            stands for that state dict; shapes are checked, floats are cast to
             its dtypes. None restores everything in the checkpoint.
-          shardings: a tree like ``target`` of ``jax.sharding.Sharding``s; each
+          shardings: a tree like ``target`` of ``jax.sharding.Sharding``s (or a
+            train state of them, e.g. ``init_train_state(...).shardings``); each
             process then reads only the slices its devices hold.
           params_only: restore only ``target`` (parameters); the optimizer state
             comes from ``target`` (fine-tuning from a pretrained checkpoint).
@@ -379,9 +383,13 @@ class Checkpointer:
             read unverified with a warning.
 
         Returns:
-          ``RestoredCheckpoint(step, state, input_state)``.
+          ``RestoredCheckpoint(step, state, input_state)``; ``state`` is a state
+          dict even for a train state ``target`` (``TrainState.restore_state``
+          turns it back into one).
 
         Raises:
+          TypeError: ``target`` or ``shardings`` is neither a mapping nor a
+            train state object.
           FileNotFoundError: no such checkpoint (names the folder and the newest
             complete step), or (not verifying) an array file is missing.
           CheckpointIntegrityError: a chunk, array folder or metadata file is
@@ -390,6 +398,8 @@ class Checkpointer:
           ValueError: a shape or dtype does not fit ``target``.
           KeyError: the checkpoint lacks a parameter and there is no fallback.
         """
+        target = _restore.as_state_dict(target, "target")
+        shardings = _restore.as_state_dict(shardings, "shardings")
         if lazy and shardings is not None:
             raise ValueError(
                 "lazy=True returns host-side LazyArray leaves; it cannot be combined with shardings"

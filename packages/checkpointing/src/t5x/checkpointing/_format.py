@@ -201,11 +201,10 @@ def write_arrays(
 
     Every chunk is stored, including one equal to the fill value, so that the
     chunk files of a step are exactly its chunk grid. With ``checksums`` the
-    chunks lying wholly inside a piece are digested, and each ``.zarray`` read,
-    while TensorStore writes.
+    chunks lying wholly inside a piece are digested while TensorStore writes.
 
     Returns:
-      The digests and ``.zarray`` contents (empty without ``checksums``).
+      The digests (empty without ``checksums``).
 
     Raises:
       OSError / ValueError: from TensorStore, naming the leaf's folder.
@@ -236,10 +235,6 @@ def write_arrays(
             )
             continue
         folder = array_folder(leaf)
-        if checksums:
-            out.zarrays[folder] = _integrity.read_zarray(
-                os.path.join(step_dir, folder)
-            )  # written by the open
         for index, piece in pieces:
             host = _cast(np.asarray(piece), leaf.dtype)
             writes.append((leaf, store[index].write(host)))
@@ -270,7 +265,9 @@ def array_folder(leaf: HostLeaf) -> str:
 def stored_arrays(leaves: list[HostLeaf]) -> list[_integrity.StoredArray]:
     """The TensorStore arrays of a step (every process knows all of them)."""
     return [
-        _integrity.StoredArray(array_folder(leaf), tuple(leaf.shape), tuple(leaf.chunks))
+        _integrity.StoredArray(
+            array_folder(leaf), tuple(leaf.shape), tuple(leaf.chunks), np.dtype(leaf.dtype).name
+        )
         for leaf in leaves
         if leaf.chunks is not None
     ]

@@ -20,6 +20,15 @@ hands back without reading any file twice, and any change to a file that alters
 a value (or stops it decoding) is caught. Files are keyed by name and digested
 as bytes.
 
+The cost is kept to what only checksums need. The writer records each
+``.zarray`` without reading every one back (see ``_Zarrays``). A reader hands
+the recorded ``.zarray`` to TensorStore as the metadata the array must have:
+TensorStore reads the file anyway and refuses the array if any field that
+decides how chunks decode differs; only then is the file read here, to name
+what changed. Chunk files are checked against one listing per array folder
+(taken for the containment check anyway), and digests are compared as the reads
+finish, while TensorStore goes on with the others.
+
 Neither the index nor the zarr arrays change: upstream T5X and TensorStore never
 look at the manifest. Every chunk is written, even one equal to the fill value,
 so the recorded chunk list is exactly the files that must exist.
@@ -135,6 +144,8 @@ def piece_digests(
       ``{chunk key: digest}``; chunks only partly inside the piece are left out
       (the manifest's writer reads those back once every piece is on disk).
     """
+    if data.shape == tuple(shape) and all(0 < n <= c for n, c in zip(shape, chunks)):
+        return {chunk_key((0,) * len(shape)): digest(data)}  # the usual case: one chunk, written whole
     bounds = _normal(index, shape)
     ranges = [
         _grid_range(start, stop, n, c, whole=True) for (start, stop), n, c in zip(bounds, shape, chunks)
@@ -167,12 +178,9 @@ class Written:
 
     Attributes:
       digests: ``{array folder: {chunk key: digest}}`` of the chunks it wrote whole.
-      zarrays: ``{array folder: .zarray bytes}`` of the arrays it opened (read
-        while the chunk writes were still in flight).
     """
 
     digests: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
-    zarrays: dict[str, bytes] = dataclasses.field(default_factory=dict)
 
 
 def _read_small(path: str) -> bytes:
@@ -191,20 +199,70 @@ def read_zarray(folder: str) -> bytes:
     return _read_small(os.path.join(folder, ZARRAY))
 
 
+def zarray_text(zarray: Mapping[str, Any]) -> bytes:
+    """A ``.zarray`` as TensorStore formats it: sorted keys, no spaces."""
+    return json.dumps(zarray, sort_keys=True, separators=(",", ":")).encode()
+
+
 @dataclasses.dataclass
 class StoredArray:
-    """What the manifest's writer knows of one array: its folder, shape and chunks."""
+    """What the manifest's writer knows of one array.
+
+    Attributes:
+      folder: the array folder under the step folder.
+      shape: the array shape.
+      chunks: the chunk shape.
+      kind: arrays of one kind get the same ``.zarray`` up to shape and chunks
+        (the stored dtype's name: one save uses one compressor).
+    """
 
     folder: str
     shape: tuple[int, ...]
     chunks: tuple[int, ...]
+    kind: str = ""
+
+
+class _Zarrays:
+    """The ``.zarray`` of every array of a step, reading one file per kind of array.
+
+    TensorStore's ``.zarray`` differs between arrays of one dtype and compressor
+    only in ``shape`` and ``chunks``. The first array of each kind is read, and
+    the others are derived from it when re-formatting it gives back its exact
+    bytes (so every derived one equals its file, digest included); otherwise
+    every file of that kind is read.
+    """
+
+    def __init__(self, step_dir: str) -> None:
+        self._step_dir = step_dir
+        self._templates: dict[str, dict[str, Any] | None] = {}
+
+    def _read(self, array: StoredArray) -> tuple[dict[str, Any], bytes]:
+        raw = read_zarray(os.path.join(self._step_dir, array.folder))
+        return json.loads(raw), raw
+
+    def get(self, array: StoredArray) -> tuple[dict[str, Any], str]:
+        """``(.zarray contents, digest of its bytes)``."""
+        if array.kind not in self._templates:
+            zarray, raw = self._read(array)
+            exact = (
+                zarray_text(zarray) == raw
+                and zarray.get("shape") == list(array.shape)
+                and zarray.get("chunks") == list(array.chunks)
+            )
+            self._templates[array.kind] = zarray if exact else None
+            return zarray, digest_bytes(raw)
+        template = self._templates[array.kind]
+        if template is None:
+            zarray, raw = self._read(array)
+            return zarray, digest_bytes(raw)
+        zarray = {**template, "shape": list(array.shape), "chunks": list(array.chunks)}
+        return zarray, digest_bytes(zarray_text(zarray))
 
 
 def build_manifest(
     step_dir: str,
     arrays: Sequence[StoredArray],
     digests: Mapping[str, Mapping[str, str]],
-    zarrays: Mapping[str, Any],
     files: Mapping[str, bytes],
     context: Any = None,
 ) -> dict[str, Any]:
@@ -215,44 +273,23 @@ def build_manifest(
       arrays: every TensorStore array of the step.
       digests: ``{folder: {chunk key: digest}}`` gathered from the writers;
         a chunk no writer could digest alone is read back here.
-      zarrays: ``{folder: .zarray bytes}`` already read; others are read here.
       files: other files to record, by name (the index, the input states).
       context: the TensorStore context for read-backs.
 
     Raises:
       OSError: an array's ``.zarray`` or one of its chunk files was not written.
     """
-    import tensorstore as ts
-
+    zarrays = _Zarrays(step_dir)
     entries: dict[str, Any] = {}
     for array in arrays:
-        folder = os.path.join(step_dir, array.folder)
-        raw = zarrays[array.folder] if array.folder in zarrays else read_zarray(folder)
-        zarray = json.loads(raw)
+        zarray, zarray_digest = zarrays.get(array)
         known = digests.get(array.folder, {})
-        chunks: dict[str, str] = {}
-        missing = []
-        for key in all_chunk_keys(array.shape, array.chunks):
-            if key in known:
-                chunks[key] = known[key]
-            else:
-                missing.append(key)
-        if missing:
-            separator = zarray.get("dimension_separator") or "."
-            store = ts.open(
-                {"driver": "zarr", "kvstore": {"driver": "file", "path": folder + "/"}},
-                open=True,
-                read=True,
-                context=context,
-            ).result()
-            for key in missing:
-                name = separator.join(key.split("."))
-                if not os.path.isfile(os.path.join(folder, name)):
-                    raise OSError(f"chunk {name} of {folder} was not written")
-                position = [int(p) for p in key.split(".")]
-                box = _chunk_slices(position, array.shape, array.chunks)
-                chunks[key] = digest(np.asarray(store[box].read().result()))
-        entries[array.folder] = {"zarray": zarray, "zarray_digest": digest_bytes(raw), "chunks": chunks}
+        count = math.prod(math.ceil(n / c) for n, c in zip(array.shape, array.chunks))
+        if count == 1 and len(known) == 1:
+            chunks = dict(known)  # one chunk, digested by its writer
+        else:
+            chunks = _all_chunk_digests(step_dir, array, zarray, known, context)
+        entries[array.folder] = {"zarray": zarray, "zarray_digest": zarray_digest, "chunks": chunks}
     return {
         "format": MANIFEST_FORMAT,
         "version": MANIFEST_VERSION,
@@ -260,6 +297,39 @@ def build_manifest(
         "files": {name: {"bytes": len(data), "digest": digest_bytes(data)} for name, data in files.items()},
         "arrays": entries,
     }
+
+
+def _all_chunk_digests(
+    step_dir: str, array: StoredArray, zarray: Mapping[str, Any], known: Mapping[str, str], context: Any
+) -> dict[str, str]:
+    """Every chunk's digest: the writers' ones, and those of chunks split between writers read back."""
+    chunks: dict[str, str] = {}
+    missing = []
+    for key in all_chunk_keys(array.shape, array.chunks):
+        if key in known:
+            chunks[key] = known[key]
+        else:
+            missing.append(key)
+    if not missing:
+        return chunks
+    import tensorstore as ts
+
+    folder = os.path.join(step_dir, array.folder)
+    separator = zarray.get("dimension_separator") or "."
+    store = ts.open(
+        {"driver": "zarr", "kvstore": {"driver": "file", "path": folder + "/"}},
+        open=True,
+        read=True,
+        context=context,
+    ).result()
+    for key in missing:
+        name = separator.join(key.split("."))
+        if not os.path.isfile(os.path.join(folder, name)):
+            raise OSError(f"chunk {name} of {folder} was not written")
+        position = [int(p) for p in key.split(".")]
+        box = _chunk_slices(position, array.shape, array.chunks)
+        chunks[key] = digest(np.asarray(store[box].read().result()))
+    return chunks
 
 
 # ---- reading the manifest ---------------------------------------------------
@@ -397,6 +467,9 @@ class ArrayCheck:
       chunks: the chunk shape.
       separator: the chunk file names' separator.
       expected: ``{chunk key: digest}``, or None (no checksums: unverified).
+      written: the ``.zarray`` recorded at save (None: no checksums). Readers
+        hand it to TensorStore as the metadata the array must have, so the
+        file is compared while TensorStore reads it anyway, not read twice.
     """
 
     name: str
@@ -405,6 +478,27 @@ class ArrayCheck:
     chunks: tuple[int, ...]
     separator: str
     expected: dict[str, str] | None
+    written: dict[str, Any] | None = None
+
+    def metadata_problem(self) -> CheckpointIntegrityError | None:
+        """How the array's ``.zarray`` differs from the recorded one (None: it does not, or none recorded).
+
+        Called when TensorStore refuses to open the array, to name what changed.
+        """
+        if self.written is None:
+            return None
+        path = os.path.join(self.folder, ZARRAY)
+        try:
+            found = json.loads(_read_small(path))
+            if not isinstance(found, dict):
+                raise ValueError(f"expected a JSON object, found {type(found).__name__}")
+        except (OSError, ValueError) as error:
+            return CheckpointIntegrityError(
+                f"{self.name}: {path} is unreadable: {error}", name=self.name, path=path
+            )
+        if found == self.written:
+            return None
+        return _changed_zarray(self.name, path, self.written, found)
 
     def chunk_file(self, key: str) -> str:
         return os.path.join(self.folder, self.separator.join(key.split(".")))
@@ -468,6 +562,44 @@ class ArrayCheck:
         )
 
 
+def _changed_zarray(name: str, path: str, written: Any, found: Mapping[str, Any]) -> CheckpointIntegrityError:
+    written = written if isinstance(written, dict) else {}
+    keys = sorted(set(found) | set(written), key=str)
+    changes = [
+        f"{key} expected {_show(written.get(key, '<absent>'))}, found {_show(found.get(key, '<absent>'))}"
+        for key in keys
+        if found.get(key, "<absent>") != written.get(key, "<absent>")
+    ]
+    return CheckpointIntegrityError(
+        f"{name}: {path} differs from the metadata written with the checkpoint: " + "; ".join(changes),
+        name=name,
+        path=path,
+    )
+
+
+def _parse_zarray(name: str, path: str, real: str) -> dict[str, Any]:
+    try:
+        zarray = json.loads(_read_small(real))
+        if not isinstance(zarray, dict):
+            raise ValueError(f"expected a JSON object, found {type(zarray).__name__}")
+    except (OSError, ValueError) as error:
+        raise CheckpointIntegrityError(
+            f"{name}: {path} is unreadable: {error}", name=name, path=path
+        ) from error
+    return zarray
+
+
+_DTYPES: dict[str, np.dtype | None] = {}
+
+
+def _stored_dtype(value: Any) -> np.dtype | None:
+    if not isinstance(value, str):
+        return _zarr_dtype(value)
+    if value not in _DTYPES:
+        _DTYPES[value] = _zarr_dtype(value)
+    return _DTYPES[value]
+
+
 def check_array(
     name: str,
     folder: str,
@@ -482,9 +614,11 @@ def check_array(
     """Checks one array folder before TensorStore opens it.
 
     Always: the folder and every link inside it resolve inside the step folder.
-    With ``verify``: the ``.zarray`` is there and equals the recorded one (when
-    there is a ``record``), its shape and dtype agree with the index, and every
-    recorded chunk file exists.
+    With ``verify``: the ``.zarray`` is there, its shape and dtype agree with
+    the index, and every recorded chunk file exists. With a ``record``, the
+    shape, chunks and dtype are the recorded ``.zarray``'s, and the file itself
+    is compared with it when TensorStore opens the array (see
+    :attr:`ArrayCheck.written`); without one, the file is read here.
 
     Args:
       name: the parameter's dotted state path (for messages).
@@ -543,34 +677,18 @@ def check_array(
             name=name,
             path=zarray_path,
         )
-    try:
-        raw = _read_small(os.path.join(real, ZARRAY))
-        if record is not None and record.get("zarray_digest") == digest_bytes(raw):
-            zarray = record.get("zarray")  # the very bytes written: no need to parse them
-        else:
-            zarray = json.loads(raw)
-        if not isinstance(zarray, dict):
-            raise ValueError(f"expected a JSON object, found {type(zarray).__name__}")
-    except (OSError, ValueError) as error:
-        raise CheckpointIntegrityError(
-            f"{name}: {zarray_path} is unreadable: {error}", name=name, path=zarray_path
-        ) from error
-    if record is not None:
-        written = record.get("zarray")
-        if zarray != written:
-            written = written if isinstance(written, dict) else {}
-            keys = sorted(set(zarray) | set(written), key=str)
-            changes = [
-                f"{key} expected {_show(written.get(key, '<absent>'))}, found {_show(zarray.get(key, '<absent>'))}"
-                for key in keys
-                if zarray.get(key, "<absent>") != written.get(key, "<absent>")
-            ]
+    zarray: dict[str, Any]
+    if record is None:
+        zarray = _parse_zarray(name, zarray_path, os.path.join(real, ZARRAY))
+        source = zarray_path
+    else:
+        recorded = record.get("zarray")
+        if not isinstance(recorded, dict):
             raise CheckpointIntegrityError(
-                f"{name}: {zarray_path} differs from the metadata written with the checkpoint: "
-                + "; ".join(changes),
-                name=name,
-                path=zarray_path,
+                f"{name}: the checksum manifest has no .zarray record for {folder}", name=name, path=folder
             )
+        zarray = recorded
+        source = f"the checksum manifest's record of {zarray_path}"
     try:
         shape = tuple(int(n) for n in zarray["shape"])
         chunks = tuple(int(c) for c in zarray["chunks"])
@@ -578,7 +696,7 @@ def check_array(
             raise ValueError(f"chunks {chunks} do not fit shape {shape}")
     except (KeyError, TypeError, ValueError) as error:
         raise CheckpointIntegrityError(
-            f"{name}: {zarray_path} has no valid shape / chunks: {error}", name=name, path=zarray_path
+            f"{name}: {source} has no valid shape / chunks: {error}", name=name, path=zarray_path
         ) from error
     if index_shape is not None and tuple(index_shape) != shape:
         raise CheckpointIntegrityError(
@@ -587,8 +705,7 @@ def check_array(
             name=name,
             path=zarray_path,
         )
-    stored_dtype = _zarr_dtype(zarray.get("dtype"))
-    if index_dtype is not None and stored_dtype != index_dtype:
+    if index_dtype is not None and _stored_dtype(zarray.get("dtype")) != index_dtype:
         raise CheckpointIntegrityError(
             f"{name}: dtype mismatch between the index and {zarray_path}: the index expects "
             f"{np.dtype(index_dtype).name}, the array has {zarray.get('dtype')!r}",
@@ -596,38 +713,37 @@ def check_array(
             path=zarray_path,
         )
     separator = zarray.get("dimension_separator") or "."
-    expected = None
-    if record is not None:
-        expected = record.get("chunks")
-        if not isinstance(expected, dict):
+    if record is None:
+        return ArrayCheck(name, folder, shape, chunks, separator, None)
+    expected = record.get("chunks")
+    if not isinstance(expected, dict):
+        raise CheckpointIntegrityError(
+            f"{name}: the checksum manifest has no chunk list for {folder}", name=name, path=folder
+        )
+    check = ArrayCheck(name, folder, shape, chunks, separator, expected, written=zarray)
+    count = math.prod(math.ceil(n / c) for n, c in zip(shape, chunks))
+    grid = expected.keys() if count == len(expected) else all_chunk_keys(shape, chunks)
+    if count != len(expected) or (count > 1 and set(grid) != set(all_chunk_keys(shape, chunks))):
+        raise CheckpointIntegrityError(
+            f"{name}: the checksum manifest records {len(expected)} chunks for {folder}, "
+            f"its shape {shape} and chunks {chunks} make {count}",
+            name=name,
+            path=folder,
+        )
+    for key in grid:
+        file_name = key if separator == "." else key.replace(".", separator)
+        chunk_entry = entries.get(file_name)
+        if chunk_entry is None or not chunk_entry.is_file():
+            path = os.path.join(folder, file_name)
+            missing = sum(1 for k in grid if k.replace(".", separator) not in entries)
+            more = f" ({missing} of {len(grid)} chunk files are missing)" if missing > 1 else ""
             raise CheckpointIntegrityError(
-                f"{name}: the checksum manifest has no chunk list for {folder}", name=name, path=folder
-            )
-        check = ArrayCheck(name, folder, shape, chunks, separator, expected)
-        count = math.prod(math.ceil(n / c) for n, c in zip(shape, chunks))
-        grid = expected.keys() if count == len(expected) else all_chunk_keys(shape, chunks)
-        if count != len(expected) or (count > 1 and set(grid) != set(all_chunk_keys(shape, chunks))):
-            raise CheckpointIntegrityError(
-                f"{name}: the checksum manifest records {len(expected)} chunks for {folder}, "
-                f"its shape {shape} and chunks {chunks} make {count}",
+                f"{name}: chunk file {path} is missing: expected the chunk written with "
+                f"{ALGORITHM} {expected[key]}, found no file{more}",
                 name=name,
-                path=folder,
+                path=path,
             )
-        for key in grid:
-            file_name = key if separator == "." else key.replace(".", separator)
-            chunk_entry = entries.get(file_name)
-            if chunk_entry is None or not chunk_entry.is_file():
-                path = os.path.join(folder, file_name)
-                missing = sum(1 for k in grid if k.replace(".", separator) not in entries)
-                more = f" ({missing} of {len(grid)} chunk files are missing)" if missing > 1 else ""
-                raise CheckpointIntegrityError(
-                    f"{name}: chunk file {path} is missing: expected the chunk written with "
-                    f"{ALGORITHM} {expected[key]}, found no file{more}",
-                    name=name,
-                    path=path,
-                )
-        return check
-    return ArrayCheck(name, folder, shape, chunks, separator, None)
+    return check
 
 
 def check_tree_contained(root: str, step_real: str) -> None:

@@ -102,12 +102,23 @@ class LazyArray:
         if isinstance(error, CheckpointIntegrityError):
             return error
         if self._check is not None:
+            problem = self._check.metadata_problem() if what == "open" else None
+            if problem is not None:
+                return problem  # TensorStore refused the recorded metadata: say what changed
             return CheckpointIntegrityError(
                 f"{self.name}: cannot {what} the zarr array {self._check.folder}: {error}",
                 name=self.name,
                 path=self._check.folder,
             )
         return FileNotFoundError(f"cannot {what} the array of {self.name}: {error}")
+
+    def metadata_problem(self) -> CheckpointIntegrityError | None:
+        """How the array's ``.zarray`` differs from the one recorded at save, read now (None: it does not).
+
+        Reads compare only what decides the values (TensorStore checks every
+        such field on open); this compares the whole file's contents.
+        """
+        return None if self._check is None else self._check.metadata_problem()
 
     def _opened(self) -> Any:
         if self._store is None:
@@ -385,6 +396,9 @@ def _t5x_sources(
                 continue
             if check is not None and (shape is None or dtype is None):
                 shape = shape if shape is not None else check.shape
+            if check is not None and check.written is not None:
+                # TensorStore opens the array only if its .zarray describes this very array.
+                spec = {**spec, "metadata": check.written}
             if shape is None or dtype is None:
                 store = _open_or_fail(spec, context, name, step_dir, verify)
                 shape, dtype = tuple(store.shape), np.dtype(store.dtype.numpy_dtype)

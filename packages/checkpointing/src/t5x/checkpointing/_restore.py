@@ -16,6 +16,30 @@ from t5x.checkpointing._errors import CheckpointIntegrityError
 AssignmentMap = Sequence[tuple[str, str | None]]
 
 
+def as_state_dict(tree: Any, what: str) -> Any:
+    """``tree`` as a T5X state dict: a mapping as it is, a train state object by its ``state_dict()``.
+
+    A train state object (``t5x.training.TrainState``, its abstract shapes from
+    ``jax.eval_shape`` or its tree of shardings) is not a mapping, so flattening
+    it would give one leaf with an empty name; its ``state_dict()`` gives the
+    layout the checkpoint is stored in.
+
+    Raises:
+      TypeError: neither a mapping nor an object with ``state_dict()`` (names the type).
+    """
+    if tree is None or isinstance(tree, Mapping):
+        return tree
+    method = getattr(tree, "state_dict", None)
+    state_dict = method() if callable(method) else None
+    if isinstance(state_dict, Mapping):
+        return state_dict
+    raise TypeError(
+        f"{what} must be a T5X state dict ({{'target': params, 'state': {{'step', 'param_states'}}}}) or a "
+        f"train state with a state_dict() method (e.g. init_train_state(...).state, .shapes or "
+        f".shardings), got {type(tree).__name__}"
+    )
+
+
 def _concrete(index: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[slice, ...]:
     return tuple(slice(*s.indices(n)) for s, n in zip(index, shape))
 

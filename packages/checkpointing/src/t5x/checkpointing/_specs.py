@@ -112,6 +112,8 @@ def _safe_relative(path: str, where: str) -> str:
         raise UnsafeSpecError(
             f"{where}: TensorStore path must be a non-empty string, got {path!r}", name=where
         )
+    if "/" not in path and "\\" not in path and path not in (".", ".."):
+        return path  # a plain folder name (the usual dotted state path): already normal and inside
     normal = posixpath.normpath(path.replace("\\", "/"))
     if posixpath.isabs(normal) or normal == ".." or normal.startswith("../") or "://" in path:
         raise UnsafeSpecError(

@@ -136,6 +136,10 @@ def verify_checkpoint(path: str | os.PathLike[str], step: int | None = None) -> 
         if source.stored_inline:
             inline += 1
             continue
+        problem = source.metadata_problem()
+        if problem is not None:
+            problems.append(problem)
+            continue
         try:
             checked, size = source.read_chunkwise()
         except CheckpointIntegrityError as error:
