@@ -131,3 +131,20 @@ def test_infer_and_evaluate_refuse_sharded_or_custom_writers(tmp_path):
         scripts.evaluate(
             model=None, dataset_cfg=_dataset(), restore_checkpoint_cfg=empty, output_dir=str(tmp_path)
         )
+
+
+def test_inference_examples_come_from_the_bound_evaluator():
+    import gin
+
+    class Evaluator:
+        def __init__(self, num_examples=None):
+            self.num_examples = num_examples
+
+    gin.clear_config()
+    decorated = gin.external_configurable(Evaluator, name="UpstreamEvaluatorForTest")
+    gin.parse_config("N = 4\nUpstreamEvaluatorForTest.num_examples = %N")
+    try:
+        assert scripts._evaluator_examples(decorated) == 4  # through a macro, as finetune.gin binds it
+        assert scripts._evaluator_examples(None) is None
+    finally:
+        gin.clear_config()

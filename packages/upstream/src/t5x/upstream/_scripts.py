@@ -237,13 +237,15 @@ def _evaluator_examples(evaluator_cls: Any) -> int | None:
     """``num_examples`` bound to an upstream ``seqio.Evaluator`` reference (None: all)."""
     if evaluator_cls is None:
         return None
-    try:
-        import gin
+    import gin
 
-        bound = gin.get_bindings(evaluator_cls)
-    except (ValueError, TypeError, KeyError):
-        bound = {}
-    return bound.get("num_examples")
+    # A ``@seqio.Evaluator`` reference passes gin's subclass; the bindings are the class's own.
+    for candidate in getattr(evaluator_cls, "__mro__", (evaluator_cls,)):
+        try:
+            return gin.get_bindings(candidate).get("num_examples")
+        except (ValueError, TypeError, KeyError):
+            continue
+    return None
 
 
 def _random_seed(random_seed: int | None) -> int:
