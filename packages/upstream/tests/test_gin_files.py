@@ -9,7 +9,7 @@ from t5x import launch, models, training
 from t5x.launch._gin_config import GinArgs, configured_job, macro_value, parse_gin
 from t5x.upstream import _scripts
 
-T5_1_1 = ["small", "base", "large", "xl", "xxl"]
+T5_1_1 = ["tiny", "small", "base", "large", "xl", "xxl"]
 
 
 def _model(files, spm_path, *bindings):
@@ -57,6 +57,26 @@ def test_scalable_t5_scans_and_decoder_only_samples(spm_path):
     assert isinstance(decoder, models.DecoderOnlyModel)
     assert (decoder.config.emb_dim, decoder.config.num_layers, decoder.config.mlp_dim) == (2048, 24, 5120)
     assert decoder.config.logits_via_embedding
+
+
+def test_local_tiny_shrinks_a_scalable_run(spm_path):
+    _model(
+        [
+            "t5x/examples/scalable_t5/t5_1_1/small.gin",
+            "t5x/configs/runs/pretrain.gin",
+            "t5x/examples/scalable_t5/local_tiny.gin",
+        ],
+        spm_path,
+        "MODEL_DIR = '/tmp/unused'",
+        "MIXTURE_OR_TASK_NAME = 'task'",
+    )
+    config = macro_value("MODEL").config
+    assert (config.emb_dim, config.num_heads, config.head_dim, config.mlp_dim) == (8, 4, 3, 16)
+    assert config.scan_layers and config.dropout_rate == 0.0
+    assert macro_value("TRAIN_STEPS") == 3 and macro_value("TASK_FEATURE_LENGTHS") == {
+        "inputs": 8,
+        "targets": 7,
+    }
 
 
 def test_run_file_binds_upstreams_train_through_main(spm_path):

@@ -59,8 +59,9 @@ def test_adafactor_takes_upstreams_keywords_and_updates_as_training_does():
 def test_trainer_keeps_the_settings_gin_binds():
     settings = trainer.Trainer(learning_rate_fn=abs, num_microbatches=2)
     assert (settings.learning_rate_fn, settings.num_microbatches) == (abs, 2)
+    assert trainer.Trainer(num_microbatches=0).num_microbatches is None  # upstream's 0: no microbatching
     with pytest.raises(ValueError, match="num_microbatches"):
-        trainer.Trainer(num_microbatches=0)
+        trainer.Trainer(num_microbatches=-1)
     nan = trainer.TerminateOnNanAction(task="t")
     assert nan.run(None, {"t": {"loss": float("nan")}}) and not nan.run(None, {"t": {"loss": 1.0}})
 

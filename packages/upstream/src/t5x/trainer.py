@@ -43,10 +43,11 @@ class Trainer:
         weight_metrics_computer: Any = None,
         use_gda: bool = True,
     ) -> None:
-        if num_microbatches is not None and num_microbatches < 1:
-            raise ValueError(f"trainer.Trainer.num_microbatches must be >= 1 or None, got {num_microbatches}")
+        if num_microbatches is not None and num_microbatches < 0:
+            raise ValueError(f"trainer.Trainer.num_microbatches must be >= 0 or None, got {num_microbatches}")
         self.learning_rate_fn = learning_rate_fn
-        self.num_microbatches = num_microbatches
+        # Upstream treats 0 like None: no microbatching.
+        self.num_microbatches = num_microbatches or None
         self.weight_metrics_computer = weight_metrics_computer
 
 
