@@ -121,9 +121,13 @@ def test_an_unsupported_upstream_keyword_says_what_to_use(tmp_path, spm_path):
     assert "feature_converter_cls" in str(error.value)
 
 
-def test_an_unsupported_upstream_module_says_so(tmp_path):
-    text = "from __gin__ import dynamic_registration\nfrom t5x.contrib.moe import models\n"
-    with pytest.raises(launch.GinConfigError, match="contrib packages") as error:
+@pytest.mark.parametrize(
+    ("module", "hint"), [("t5x.contrib.moe", "contrib packages"), ("t5x.optimizers", "Optax transformation")]
+)
+def test_an_unsupported_upstream_module_says_so(tmp_path, module, hint):
+    package, name = module.rsplit(".", 1)
+    text = f"from __gin__ import dynamic_registration\nfrom {package} import {name}\n"
+    with pytest.raises(launch.GinConfigError, match=hint) as error:
         _parse_text(tmp_path, text)
     assert "No configurable matching" not in str(error.value)
 
