@@ -58,17 +58,28 @@ from flax import traverse_util
 
 from t5x import decoding
 from t5x.decoding import DecodingState, beam_search, temperature_sample
-from t5x.launch import add_backend_defaults, restart_with_malloc_defaults
+from t5x.launch import add_backend_defaults, cpu_kernels_override, restart_with_malloc_defaults
 from t5x.models import (
+    CpuKernels,
     DecoderOnlyConfig,
     DecoderOnlyModel,
     EncoderDecoderModel,
     T5Config,
     cpu_kernels_ready,
-    join_decode_kernels,
-    packed_matmul,
 )
-from t5x.models._cpu_kernels import pack_kernel
+from t5x.models._cpu_kernels import pack_kernel, packed_matmul
+from t5x.models._joined import join_decode_kernels
+
+
+def _cpu_kernels() -> CpuKernels:
+    """The models' ``cpu_kernels``: ``auto``, or as ``T5X_CPU_KERNELS`` (read as t5x-launch does) says."""
+    return cpu_kernels_override(os.environ, CpuKernels())
+
+
+def _kernels_on() -> bool:
+    option = _cpu_kernels()
+    return option.enabled is not False and cpu_kernels_ready(option.cache_dir, option.compiler)
+
 
 VOCAB, D, HEADS, HEAD_DIM, MLP = 32128, 512, 8, 64, 1024
 NAMES = {"encdec": "ENCDEC-S", "dec": "DEC-S"}
@@ -215,12 +226,15 @@ def build(kind: str, batch: int, prompt: int, new: int) -> tuple[object, dict]:
             T5Config(num_encoder_layers=6, num_decoder_layers=6, **common),
             output_vocabulary=_NoEos(),
             decode_fn=decoding.temperature_sample,
+            cpu_kernels=_cpu_kernels(),
         )
         return model, {
             "encoder_input_tokens": rng.integers(2, VOCAB, (batch, prompt), dtype=np.int32),
             "decoder_input_tokens": np.zeros((batch, new), np.int32),
         }
-    model = DecoderOnlyModel(DecoderOnlyConfig(num_layers=12, **common), vocabulary=_NoEos())
+    model = DecoderOnlyModel(
+        DecoderOnlyConfig(num_layers=12, **common), vocabulary=_NoEos(), cpu_kernels=_cpu_kernels()
+    )
     # Position 0 is BOS, 1..prompt-1 the prompt; the cache holds prompt - 1 + new positions and
     # the continuation fills the last `new` of them.
     tokens = np.zeros((batch, prompt - 1 + new), np.int32)
@@ -260,7 +274,7 @@ def run_model(kind: str, batch: int, args: argparse.Namespace, peer: Peer | None
         if peer is not None:
             theirs.append(peer.ask(op="run")["s"])
     if args.products:
-        rows, packed = batch, cpu_kernels_ready()
+        rows, packed = batch, model.step_kernels(params, batch) == "packed"
         shapes = step_kernel_shapes(params, joined=rows == 1 and not packed)
         ours_products = products_alone(shapes, rows, args.new_tokens, 3, packed)
         if peer is not None:
@@ -502,7 +516,7 @@ def main() -> None:
         f"jax {jax.__version__}, median of {args.repeats}; load average before "
         f"{max(x[0] for x in loads):.2f} (max 1-min), now {tuple(round(x, 2) for x in load)}; "
         f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; CPU kernels: "
-        f"{'on' if cpu_kernels_ready() else 'off (XLA only)'}"
+        f"{'on' if _kernels_on() else 'off (XLA only)'}"
     )
     if results:
         _print_models(results)
@@ -521,7 +535,7 @@ def main() -> None:
             "device_kind": device.device_kind,
             "jax": jax.__version__,
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
-            "cpu_kernels": cpu_kernels_ready(),
+            "cpu_kernels": _kernels_on(),
             "loadavg": load,
             "cpus": os.cpu_count(),
             "prompt": args.prompt,

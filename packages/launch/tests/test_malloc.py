@@ -22,8 +22,8 @@ print(re.search(r"AnonHugePages:\\s+(\\d+) kB", text).group(1))
 """
 
 
-def _run(code: str, tunables: str | None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+def _run(code: str, tunables: str | None, **extra: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"} | extra
     if tunables is not None:
         env["GLIBC_TUNABLES"] = tunables
     return subprocess.run(
@@ -65,21 +65,35 @@ def test_peers_get_the_environment_the_user_started_with():
     assert user_environment(set_by_the_user) == set_by_the_user
 
 
-def test_the_launcher_restarts_itself_with_the_tunables():
-    # `-c` code runs again after the re-exec: the first line is printed before, the second after.
-    code = (
-        "import os, sys; print(os.environ.get('GLIBC_TUNABLES')); sys.argv = ['t5x-launch', '--help']; "
+def _launch_code(*argv: str) -> str:
+    # `-c` code runs again after a re-exec: the first line is printed before, the second after.
+    return (
+        f"import os, sys; print(os.environ.get('GLIBC_TUNABLES')); sys.argv = ['t5x-launch', *{argv!r}]; "
         "from t5x.launch._cli import main; main()"
     )
-    lines = _run(code, None).stdout.splitlines()
+
+
+def test_the_launcher_restarts_a_cpu_job_with_the_tunables():
+    code = _launch_code("train", "--help")
+    lines = _run(code, None, JAX_PLATFORMS="cpu").stdout.splitlines()
     if hugepages_supported():
         assert lines[:2] == ["None", ALL_DEFAULTS]
     else:
         assert lines[0] == "None" and lines[1] != ALL_DEFAULTS
     assert any("usage:" in line for line in lines)
     # With the user's own choice in place it runs once, unchanged.
-    lines = _run(code, ALL_DEFAULTS).stdout.splitlines()
+    lines = _run(code, ALL_DEFAULTS, JAX_PLATFORMS="cpu").stdout.splitlines()
     assert lines[0] == ALL_DEFAULTS and lines[1] != ALL_DEFAULTS
+
+
+def test_accelerator_jobs_and_other_commands_keep_glibcs_defaults():
+    for argv, platforms in (
+        (("train", "--help"), "tpu"),
+        (("train", "--help"), "cuda"),
+        (("--help",), "cpu"),
+    ):
+        lines = _run(_launch_code(*argv), None, JAX_PLATFORMS=platforms).stdout.splitlines()
+        assert lines[0] == "None" and lines[1] != ALL_DEFAULTS and "usage:" in lines[1], (argv, lines)
 
 
 def test_large_allocations_get_huge_pages_with_the_tunable():
@@ -116,3 +130,35 @@ def test_freed_memory_is_reused_without_page_faults():
     returned = int(_run(_REALLOCATE_AND_COUNT_FAULTS, f"{HUGEPAGES}=1").stdout)
     # Huge pages or not, a fresh 256 MiB mapping takes at least 128 faults to write.
     assert kept < 16 and returned >= 128, (kept, returned)
+
+
+# The same from a second thread, which glibc gives an arena of its own unless arena_max=1
+# (XLA allocates part of a step's buffers on its worker threads).
+_REALLOCATE_IN_A_THREAD = """
+import ctypes, resource, threading
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+size = 256 << 20
+faults = []
+def round_trip():
+    block = libc.malloc(size)
+    ctypes.memset(block, 1, size)
+    libc.free(block)
+def worker():
+    round_trip()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    round_trip()
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+thread = threading.Thread(target=worker)
+thread.start()
+thread.join()
+print(faults[0])
+"""
+
+
+def test_a_worker_threads_large_buffers_are_kept_only_with_one_arena():
+    kept = int(_run(_REALLOCATE_IN_A_THREAD, ALL_DEFAULTS).stdout)
+    without_arena_max = ALL_DEFAULTS.replace("glibc.malloc.arena_max=1:", "")
+    remapped = int(_run(_REALLOCATE_IN_A_THREAD, without_arena_max).stdout)
+    assert kept < 16 and remapped >= 128, (kept, remapped)

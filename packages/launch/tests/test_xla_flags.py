@@ -1,13 +1,14 @@
-"""The launcher's XLA defaults: added once, never over a user's own setting, and in effect for jobs."""
+"""The launcher's XLA flags: its CPU defaults and a config's own, added once, never over a
+user's own setting, and in effect for jobs."""
 
 import subprocess
 import sys
 
-from t5x.launch._xla_flags import BACKEND_DEFAULTS, CPU_DEFAULTS, add_backend_defaults, add_xla_defaults
+import pytest
 
-DEFAULT_FLAGS = [f"--{k}={v}" for k, v in CPU_DEFAULTS.items()] + [
-    f"--xla_backend_extra_options={k}={v}" for k, v in BACKEND_DEFAULTS.items()
-]
+from t5x.launch._xla_flags import BACKEND_DEFAULTS, add_backend_defaults, add_config_flags, add_xla_defaults
+
+DEFAULT_FLAGS = [f"--xla_backend_extra_options={k}={v}" for k, v in BACKEND_DEFAULTS.items()]
 
 
 def test_defaults_are_appended_to_existing_flags():
@@ -21,9 +22,8 @@ def test_defaults_are_appended_to_existing_flags():
 
 
 def test_a_users_own_value_wins():
-    name = next(iter(CPU_DEFAULTS))
     key = next(iter(BACKEND_DEFAULTS))
-    own = f"--{name}=dot --xla_backend_extra_options={key}=4096"
+    own = f"--xla_backend_extra_options={key}=4096"
     env = {"XLA_FLAGS": own}
     add_xla_defaults(env)
     assert env["XLA_FLAGS"] == own
@@ -34,7 +34,7 @@ def test_a_users_other_backend_options_are_kept():
     add_backend_defaults(env)
     assert env["XLA_FLAGS"].split() == [
         "--xla_backend_extra_options=xla_cpu_disable_loop_unrolling=1",
-        *DEFAULT_FLAGS[len(CPU_DEFAULTS) :],
+        *DEFAULT_FLAGS,
     ]
 
 
@@ -44,9 +44,39 @@ def test_empty_environment_gets_only_the_defaults():
     assert env["XLA_FLAGS"].split() == DEFAULT_FLAGS
 
 
+def test_a_configs_flags_are_added_unless_the_user_named_them():
+    env = {"XLA_FLAGS": "--xla_cpu_experimental_ynn_fusion_type=individual_dot"}
+    add_config_flags(env, ["--xla_cpu_experimental_ynn_fusion_type=", "--xla_cpu_enable_fast_math=false"])
+    assert env["XLA_FLAGS"].split() == [
+        "--xla_cpu_experimental_ynn_fusion_type=individual_dot",
+        "--xla_cpu_enable_fast_math=false",
+    ]
+    empty: dict[str, str] = {}
+    add_config_flags(empty, ("--xla_cpu_experimental_ynn_fusion_type=",))
+    assert empty == {"XLA_FLAGS": "--xla_cpu_experimental_ynn_fusion_type="}
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ("--xla_a=1", "must be a list of XLA flags like"),
+        (["xla_a=1"], "each XLA flag must be a string '--name=value', got 'xla_a=1'"),
+        (["--xla_a"], "got '--xla_a'"),
+        ([3], "got 3"),
+    ],
+)
+def test_a_configs_malformed_flags_are_refused(flags, message):
+    with pytest.raises(ValueError, match=message) as caught:
+        add_config_flags({}, flags, "the gin macro XLA_FLAGS")
+    assert str(caught.value).startswith("the gin macro XLA_FLAGS")
+
+
 def test_xla_accepts_the_flags():
     # XLA aborts the process on an unknown flag, so a backend that starts proves the names are right.
-    code = "import os, jax; from t5x.launch._xla_flags import add_xla_defaults; add_xla_defaults(os.environ); print(jax.numpy.ones(2).sum())"
+    code = (
+        "import os, jax; from t5x.launch._xla_flags import add_xla_defaults; add_xla_defaults(os.environ); "
+        "os.environ['XLA_FLAGS'] += ' --xla_cpu_experimental_ynn_fusion_type='; print(jax.numpy.ones(2).sum())"
+    )
     env = {"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -77,3 +107,27 @@ def test_backend_defaults_keep_a_decoding_sized_loop_out_of_a_single_kernel():
         assert out.returncode == 0, out.stderr
         results[mode] = out.stdout.strip()
     assert results == {"plain": "single kernel", "defaults": "thunks"}
+
+
+def test_the_demos_numerics_come_from_its_gin_file(monkeypatch):
+    import gin
+
+    from t5x.launch import GinArgs, GinConfigError, parse_gin
+    from t5x.launch._xla_flags import add_gin_flags
+
+    gin.clear_config()
+    try:
+        parse_gin(GinArgs(("runs/demo.gin",), (), (), ()))
+        env: dict[str, str] = {}
+        add_gin_flags(env)
+        assert env == {"XLA_FLAGS": "--xla_cpu_experimental_ynn_fusion_type="}
+        gin.bind_parameter("XLA_FLAGS/macro.value", "--oops")
+        with pytest.raises(GinConfigError, match="the gin macro XLA_FLAGS must be a list"):
+            add_gin_flags({})
+        gin.clear_config()
+        parse_gin(GinArgs(("runs/pretrain.gin",), (), (), ()))  # no XLA_FLAGS macro: nothing added
+        untouched: dict[str, str] = {}
+        add_gin_flags(untouched)
+        assert untouched == {}
+    finally:
+        gin.clear_config()

@@ -1,6 +1,7 @@
 """Decoding kernels prepared once per call: joined (one-row steps) and packed (the CPU kernel).
 
-For each: what is prepared, that a step really multiplies by it, and that it changes nothing."""
+For each: what is prepared, that a step really multiplies by it, that it changes nothing, and
+how a model's ``cpu_kernels`` option chooses between them."""
 
 import json
 import os
@@ -16,19 +17,24 @@ from flax import traverse_util
 
 from t5x import decoding
 from t5x.models import (
+    CpuKernels,
     DecoderOnlyModel,
     EncoderDecoderModel,
     _attention,
-    _models,
+    _step_kernels,
     cpu_kernels_ready,
-    join_decode_kernels,
-    pack_decode_kernels,
-    packed_matmul,
     preset,
 )
 from t5x.models._cpu_kernels import MAX_ROWS as PACKED_MAX_ROWS
-from t5x.models._cpu_kernels import PACKED, cache_logits, cache_values, pack_kernel
-from t5x.models._joined import JOINED
+from t5x.models._cpu_kernels import (
+    PACKED,
+    cache_logits,
+    cache_values,
+    pack_decode_kernels,
+    pack_kernel,
+    packed_matmul,
+)
+from t5x.models._joined import JOINED, join_decode_kernels
 
 VOCAB = 40
 
@@ -73,9 +79,12 @@ def test_scanned_or_ungated_kernels_do_not_join():
     )
 
 
-def _stepwise_logits(model, params, feats, prepared=None):
-    """Teacher-forced logits of single decoding steps; ``prepared`` adds variable collections."""
+def _stepwise_logits(model, params, feats, prepared=None, step_kernels="xla"):
+    """Teacher-forced logits of single decoding steps run as ``step_kernels`` says.
+
+    ``prepared`` adds variable collections (the packed or joined kernels)."""
     module, enc, dec_in = model.module, feats["encoder_input_tokens"], feats["decoder_input_tokens"]
+    stepper = module.clone(step_kernels=step_kernels)
     length = dec_in.shape[1]
     cache_shapes = jax.eval_shape(
         lambda: module.apply(
@@ -88,7 +97,7 @@ def _stepwise_logits(model, params, feats, prepared=None):
     variables = {"params": params, **(prepared or {})}
 
     def step(cache, tok):
-        logits, new_vars = module.apply(
+        logits, new_vars = stepper.apply(
             {**variables, "cache": cache}, encoded, enc, tok[:, None], tok[:, None],
             enable_dropout=False, decode=True, max_decode_length=length, mutable=["cache"], method="decode",
         )  # fmt: skip
@@ -102,46 +111,57 @@ def test_one_row_steps_read_the_joined_kernels_and_match_the_separate_products()
     joined = join_decode_kernels(params["decoder"])
     full = model.module.apply({"params": params}, *feats.values(), enable_dropout=False)
     separate = _stepwise_logits(model, params, feats)
-    together = _stepwise_logits(model, params, feats, {JOINED: {"decoder": joined}})
+    together = _stepwise_logits(model, params, feats, {JOINED: {"decoder": joined}}, "joined")
     np.testing.assert_allclose(together, separate, atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(together, np.swapaxes(np.asarray(full), 0, 1), atol=2e-5, rtol=2e-5)
     # Zeroed joined kernels change the logits: the step really multiplies by them.
     zeroed = jax.tree_util.tree_map(jnp.zeros_like, joined)
     assert not np.allclose(
-        _stepwise_logits(model, params, feats, {JOINED: {"decoder": zeroed}}), separate, atol=1e-3
+        _stepwise_logits(model, params, feats, {JOINED: {"decoder": zeroed}}, "joined"), separate, atol=1e-3
     )
+    # Steps on XLA's products ignore joined kernels they are given.
+    np.testing.assert_array_equal(
+        _stepwise_logits(model, params, feats, {JOINED: {"decoder": zeroed}}), separate
+    )
+
+
+def test_a_step_on_joined_or_packed_kernels_without_them_names_the_missing_collection():
+    model, params, feats = _encdec(batch=1)
+    with pytest.raises(ValueError, match="joined_kernels"):
+        _stepwise_logits(model, params, feats, None, "joined")
+    with pytest.raises(ValueError, match="packed_kernels"):
+        _stepwise_logits(model, params, feats, None, "packed")
 
 
 def test_steps_of_several_rows_ignore_joined_kernels():
     model, params, feats = _encdec(batch=2)
     zeroed = jax.tree_util.tree_map(jnp.zeros_like, join_decode_kernels(params["decoder"]))
     np.testing.assert_array_equal(
-        _stepwise_logits(model, params, feats, {JOINED: {"decoder": zeroed}}),
+        _stepwise_logits(model, params, feats, {JOINED: {"decoder": zeroed}}, "joined"),
         _stepwise_logits(model, params, feats),
     )
 
 
 @pytest.mark.parametrize("kind", ["encdec", "decoder"])
-def test_greedy_decoding_of_one_example_equals_its_row_in_a_batch(kind, monkeypatch):
+def test_greedy_decoding_of_one_example_equals_its_row_in_a_batch(kind):
     # Batch 1 decodes through the joined kernels, batch 2 through the separate ones (the
-    # joined kernels are the fallback where the CPU kernels are not ready).
-    monkeypatch.setattr(_models, "cpu_kernels_ready", lambda: False)
+    # joined kernels are the fallback where the CPU kernels are off).
     rng = np.random.default_rng(7)
     if kind == "encdec":
         model, params, feats = _encdec(batch=2)
-        model = EncoderDecoderModel(model.config, decode_fn=decoding.temperature_sample)
+        model = EncoderDecoderModel(model.config, decode_fn=decoding.temperature_sample, cpu_kernels=False)
         batch = {
             "encoder_input_tokens": feats["encoder_input_tokens"],
             "decoder_input_tokens": np.zeros((2, 6), np.int32),
         }
     else:
-        model = DecoderOnlyModel(preset("decoder_tiny", vocab_size=VOCAB))
+        model = DecoderOnlyModel(preset("decoder_tiny", vocab_size=VOCAB), cpu_kernels=False)
         tokens = rng.integers(2, VOCAB, size=(2, 10)).astype(np.int32)
         dca = (np.arange(10)[None, :] <= np.array([[4], [6]])).astype(np.int32)
         batch = {"decoder_input_tokens": tokens * dca, "decoder_causal_attention": dca}
         shapes = {"decoder_input_tokens": (2, 10), "decoder_target_tokens": (2, 10)}
         params = model.get_initial_variables(jax.random.PRNGKey(0), shapes)["params"]
-    assert model._step_variables(params, 1).keys() == {"params", JOINED}
+    assert model.step_kernels(params, 1) == "joined" and model.step_kernels(params, 2) == "xla"
     greedy = {"temperature": 0.0}
     both, both_aux = model.predict_batch_with_aux(params, batch, decoder_params=greedy)
     for row in range(2):
@@ -220,12 +240,15 @@ def test_steps_read_the_packed_kernels_and_match_the_separate_products(batch):
     packed = pack_decode_kernels(params["decoder"])
     separate = _stepwise_logits(model, params, feats)
     np.testing.assert_allclose(
-        _stepwise_logits(model, params, feats, {PACKED: {"decoder": packed}}), separate, atol=1e-5, rtol=1e-5
+        _stepwise_logits(model, params, feats, {PACKED: {"decoder": packed}}, "packed"),
+        separate,
+        atol=1e-5,
+        rtol=1e-5,
     )
     # Zeroed packed kernels change the logits: the step really multiplies by them.
     zeroed = jax.tree_util.tree_map(jnp.zeros_like, packed)
     assert not np.allclose(
-        _stepwise_logits(model, params, feats, {PACKED: {"decoder": zeroed}}), separate, atol=1e-3
+        _stepwise_logits(model, params, feats, {PACKED: {"decoder": zeroed}}, "packed"), separate, atol=1e-3
     )
 
 
@@ -233,11 +256,11 @@ def test_steps_read_the_packed_kernels_and_match_the_separate_products(batch):
 def test_steps_of_more_rows_than_the_packed_kernel_takes_ignore_it():
     assert cpu_kernels_ready()
     # Zeroed packed kernels would zero the products; only the cache kernels, which a step
-    # carrying packed kernels attends with, may move the last bits.
+    # on the CPU kernels attends with, may move the last bits.
     model, params, feats = _encdec(batch=PACKED_MAX_ROWS + 1)
     zeroed = jax.tree_util.tree_map(jnp.zeros_like, pack_decode_kernels(params["decoder"]))
     np.testing.assert_allclose(
-        _stepwise_logits(model, params, feats, {PACKED: {"decoder": zeroed}}),
+        _stepwise_logits(model, params, feats, {PACKED: {"decoder": zeroed}}, "packed"),
         _stepwise_logits(model, params, feats),
         rtol=1e-5,
         atol=1e-5,
@@ -268,18 +291,19 @@ def _greedy_case(kind, batch):
 @requires_compiler
 @pytest.mark.parametrize("kind", ["encdec", "decoder"])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_greedy_decodes_with_the_packed_kernel_equal_xlas(kind, batch, monkeypatch):
+def test_greedy_decodes_with_the_packed_kernel_equal_xlas(kind, batch):
     assert cpu_kernels_ready()
     model, params, batch_features = _greedy_case(kind, batch)
     greedy = {"temperature": 0.0}
 
-    def decode():
+    def decode(cpu_kernels):
+        model.cpu_kernels = cpu_kernels
         fn = jax.jit(lambda p, b: model.predict_batch_with_aux(p, b, decoder_params=greedy))
         return fn(params, batch_features), fn.lower(params, batch_features).as_text()
 
-    (packed, packed_aux), packed_hlo = decode()
-    _xla_only(monkeypatch)
-    (xla, xla_aux), xla_hlo = decode()
+    assert model.cpu_kernels == CpuKernels("auto")
+    (packed, packed_aux), packed_hlo = decode("auto")
+    (xla, xla_aux), xla_hlo = decode(False)
     for target in ("t5x_packed_matmul", "t5x_cache_logits", "t5x_cache_values"):
         assert target in packed_hlo and target not in xla_hlo
     np.testing.assert_array_equal(packed, xla)
@@ -287,20 +311,24 @@ def test_greedy_decodes_with_the_packed_kernel_equal_xlas(kind, batch, monkeypat
 
 
 _READY_SCRIPT = """
-import json, os, warnings
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    from t5x.models import cpu_kernels_ready
-    ready = cpu_kernels_ready()
-built = sorted(os.listdir(os.environ["T5X_CACHE_DIR"])) if os.path.isdir(os.environ["T5X_CACHE_DIR"]) else []
-print(json.dumps({"ready": ready, "built": built, "warnings": [str(w.message) for w in caught]}))
+import json, os, sys
+from t5x.models._cpu_kernels import unavailable_reason
+cache, compiler = sys.argv[1], sys.argv[2] or None
+reason = unavailable_reason(cache_dir=cache, compiler=compiler)
+built = sorted(os.listdir(cache)) if os.path.isdir(cache) else []
+print(json.dumps({"reason": reason, "built": built}))
 """
 
 
-def _ready_in_subprocess(tmp_path, **env):
-    full = {**os.environ, "T5X_CACHE_DIR": str(tmp_path / "cache"), **env}
+def _ready_in_subprocess(tmp_path, compiler="", **env):
+    # A fresh process: the kernels register once per process.
+    full = {**os.environ, **env}
     out = subprocess.run(
-        [sys.executable, "-c", _READY_SCRIPT], env=full, capture_output=True, text=True, check=True
+        [sys.executable, "-c", _READY_SCRIPT, str(tmp_path / "cache"), compiler],
+        env=full,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -308,24 +336,70 @@ def _ready_in_subprocess(tmp_path, **env):
 @requires_compiler
 def test_the_kernels_are_built_once_into_the_cache(tmp_path):
     first = _ready_in_subprocess(tmp_path)
-    assert first["ready"] and len(first["built"]) == 1 and first["built"][0].endswith(".so")
+    assert first["reason"] is None and len(first["built"]) == 1 and first["built"][0].endswith(".so")
     library = tmp_path / "cache" / first["built"][0]
     stamp = library.stat().st_mtime_ns
     # Another process loads the cached build, even where no compiler would work.
-    second = _ready_in_subprocess(tmp_path, CXX="/bin/false")
-    assert second["ready"] and second["built"] == first["built"]
+    second = _ready_in_subprocess(tmp_path, compiler="/bin/false")
+    assert second["reason"] is None and second["built"] == first["built"]
     assert library.stat().st_mtime_ns == stamp
 
 
-def test_a_failed_build_warns_and_decoding_keeps_xlas_products(tmp_path):
-    got = _ready_in_subprocess(tmp_path, CXX="/bin/false")
-    assert not got["ready"] and got["built"] == []
-    assert any("CPU kernels did not build" in w for w in got["warnings"])
+def test_a_failed_build_says_why_and_the_library_reads_no_environment(tmp_path):
+    # The compiler comes from the caller; CXX and T5X_CACHE_DIR are the launcher's to read.
+    got = _ready_in_subprocess(
+        tmp_path, compiler="/bin/false", CXX="/nonexistent", T5X_CACHE_DIR=str(tmp_path / "elsewhere")
+    )
+    assert got["reason"].startswith("the CPU kernels did not build") and got["built"] == []
+    assert not (tmp_path / "elsewhere").exists()
 
 
-def test_t5x_cpu_kernels_0_turns_the_kernels_off(tmp_path):
-    got = _ready_in_subprocess(tmp_path, T5X_CPU_KERNELS="0")
-    assert got == {"ready": False, "built": [], "warnings": []}
+def test_cpu_kernels_option_values():
+    config = preset("t5_1_1_tiny", vocab_size=VOCAB)
+    assert EncoderDecoderModel(config).cpu_kernels == CpuKernels(enabled="auto")
+    assert EncoderDecoderModel(config, cpu_kernels=False).cpu_kernels == CpuKernels(enabled=False)
+    option = CpuKernels(enabled=True, cache_dir="/tmp/k", compiler="clang++")
+    assert EncoderDecoderModel(config, cpu_kernels=option).cpu_kernels is option
+    for bad in ("yes", 1, None):
+        with pytest.raises(ValueError, match="cpu_kernels must be True, False, 'auto'"):
+            EncoderDecoderModel(config, cpu_kernels=bad)
+    with pytest.raises(ValueError, match="CpuKernels.enabled"):
+        CpuKernels(enabled="on")
+    with pytest.raises(ValueError, match="needs unscanned layers"):
+        EncoderDecoderModel(preset("umt5_tiny", vocab_size=VOCAB), cpu_kernels=True)
+    with pytest.raises(ValueError, match="needs float32 layers"):
+        DecoderOnlyModel(preset("decoder_tiny", vocab_size=VOCAB, dtype="bfloat16"), cpu_kernels=True)
+
+
+def _fail_build(monkeypatch):
+    monkeypatch.setattr(_step_kernels, "unavailable_reason", lambda *_: "the CPU kernels did not build: no")
+
+
+def test_auto_falls_back_to_xla_with_a_warning_and_true_raises(monkeypatch):
+    model, params, _ = _encdec(batch=2)
+    _fail_build(monkeypatch)
+    with pytest.warns(UserWarning, match="decoding uses XLA's products; the CPU kernels did not build"):
+        assert model.step_kernels(params, 2) == "xla"
+    model.cpu_kernels = True
+    with pytest.raises(RuntimeError, match="cpu_kernels=True, but decoding cannot use the CPU kernels"):
+        model.step_kernels(params, 2)
+    model.cpu_kernels = False
+    assert model.step_kernels(params, 1) == "joined"  # no build tried, no warning
+
+
+@requires_compiler
+def test_step_kernels_per_call():
+    assert cpu_kernels_ready()
+    model, params, _ = _encdec()
+    assert [model.step_kernels(params, rows) for rows in (1, PACKED_MAX_ROWS, PACKED_MAX_ROWS + 1)] == [
+        "packed",
+        "packed",
+        "xla",
+    ]
+    model.cpu_kernels = False
+    assert [model.step_kernels(params, rows) for rows in (1, 2)] == ["joined", "xla"]
+    scanned = EncoderDecoderModel(preset("umt5_tiny", vocab_size=VOCAB))
+    assert scanned.step_kernels({"decoder": {}}, 1) == "xla"
 
 
 # --- attention to the cache ---------------------------------------------------------------
@@ -345,11 +419,6 @@ def test_cache_kernels_equal_the_einsums(groups, depth, length):
     np.testing.assert_allclose(logits, np.einsum("...d,...dl->...l", q64, c64), rtol=1e-5, atol=1e-5)
     values = jax.jit(cache_values)(weights, cache)
     np.testing.assert_allclose(values, np.einsum("...l,...dl->...d", w64, c64), rtol=1e-5, atol=1e-5)
-
-
-def _xla_only(monkeypatch):
-    """Turns the CPU kernels off for this test, as ``T5X_CPU_KERNELS=0`` does for a process."""
-    monkeypatch.setattr(_models, "cpu_kernels_ready", lambda: False)
 
 
 @requires_compiler
@@ -381,8 +450,8 @@ def test_attention_to_the_cache_on_the_kernels_equals_xlas():
 @requires_compiler
 def test_training_through_one_query_attention_stays_on_xla():
     # A one-position target makes cross-attention one query per row outside any cache, the
-    # cache layout's path; only decoding steps (which carry packed kernels) take the kernels,
-    # which have no gradient.
+    # cache layout's path; only decoding steps the model runs on the CPU kernels take them
+    # (they have no gradient).
     assert cpu_kernels_ready()
     model = EncoderDecoderModel(preset("t5_1_1_tiny", vocab_size=VOCAB))
     rng = np.random.default_rng(2)

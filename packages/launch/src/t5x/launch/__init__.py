@@ -14,6 +14,7 @@ from t5x.launch._lm_eval_registration import LM_EVAL_MODEL_NAME, register_lm_eva
 from t5x.launch._local import run_local
 from t5x.launch._malloc import add_malloc_defaults, restart_with_malloc_defaults, user_environment
 from t5x.launch._model_dir_lock import ModelDirInUseError
+from t5x.launch._platform import apply_cpu_kernels_override, cpu_kernels_override, job_runs_on_cpu
 from t5x.launch._preemption import Preempted
 from t5x.launch._study import StudyResult, StudyRun, grid_config, run_study
 from t5x.launch._tpu import run_tpu, tpu_commands
@@ -22,6 +23,9 @@ from t5x.launch._zero_shot import ZeroShotReport, evaluate_zero_shot, load_check
 
 __all__ = [
     "add_backend_defaults",
+    "apply_cpu_kernels_override",
+    "cpu_kernels_override",
+    "job_runs_on_cpu",
     "add_malloc_defaults",
     "add_xla_defaults",
     "restart_with_malloc_defaults",

@@ -25,9 +25,13 @@ from t5x.launch._gin_config import (
     write_config_gin,
 )
 from t5x.launch._malloc import restart_with_malloc_defaults
-from t5x.launch._xla_flags import add_xla_defaults
+from t5x.launch._platform import job_runs_on_cpu
+from t5x.launch._xla_flags import add_gin_flags, add_xla_defaults
 
 DEMO_GIN = "runs/demo.gin"
+# Commands whose process runs XLA programs step after step (the CPU defaults are for them;
+# `local` and `tpu` start such processes, which decide for themselves).
+_XLA_JOBS = frozenset({"train", "eval", "infer", "zero-shot", "lm-eval", "arch-objective-study"})
 _GIN_HELP = (
     "gin flags: --gin_file=FILE (repeatable; shipped configs such as models/t5_1_1/small.gin are found "
     "by relative path), --gin.NAME=VALUE (e.g. --gin.MODEL_DIR=/tmp/run), --gin_bindings='NAME = VALUE' "
@@ -48,8 +52,13 @@ def _add_gin_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-# Macros each command reads itself besides MODEL (its output folder).
-_READ_MACROS = {"train": ("MODEL_DIR",), "eval": ("EVAL_OUTPUT_DIR",), "infer": ("INFER_OUTPUT_DIR",)}
+# Macros each command reads itself besides MODEL (its output folder, and XLA_FLAGS: a config's
+# own XLA flags, see t5x.launch._xla_flags).
+_READ_MACROS = {
+    "train": ("MODEL_DIR", "XLA_FLAGS"),
+    "eval": ("EVAL_OUTPUT_DIR", "XLA_FLAGS"),
+    "infer": ("INFER_OUTPUT_DIR", "XLA_FLAGS"),
+}
 
 
 def _flagged(bindings: Sequence[str]) -> list[str]:
@@ -76,6 +85,7 @@ def _run_configured(job: Callable[..., Any], output_macro: str) -> Any:
         raise GinConfigError(
             f"the macro {output_macro} is required: set it with --gin.{output_macro}=/path/to/folder"
         )
+    add_gin_flags(os.environ)  # the config's own numerics (the demo's); JAX's backend starts in the job
     configured = gin.get_configurable(job)
     try:
         result = configured()
@@ -549,14 +559,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs ``t5x-launch``; returns the exit code.
 
-    Started as a program (``argv`` None), it first re-executes itself with glibc's malloc
-    settings for XLA (:mod:`t5x.launch._malloc`) where they are new to the environment.
+    A job that runs XLA programs on the CPU backend (:func:`t5x.launch._platform.job_runs_on_cpu`;
+    never a TPU or GPU host's) gets the XLA:CPU defaults (:mod:`t5x.launch._xla_flags`) and,
+    started as a program (``argv`` None), re-executes itself first with glibc's malloc settings
+    (:mod:`t5x.launch._malloc`) where they are new to the environment.
     """
-    if argv is None:
-        restart_with_malloc_defaults()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    add_xla_defaults(os.environ)
-    command_at = next((i for i, arg in enumerate(argv) if not arg.startswith("-")), len(argv))
+    words = list(sys.argv[1:] if argv is None else argv)
+    command_at = next((i for i, arg in enumerate(words) if not arg.startswith("-")), len(words))
+    if command_at < len(words) and words[command_at] in _XLA_JOBS and job_runs_on_cpu(os.environ):
+        if argv is None:
+            restart_with_malloc_defaults()
+        add_xla_defaults(os.environ)
+    argv = words
     launcher = command_at < len(argv) and argv[command_at] in ("local", "tpu", "cache-tasks")
     rest, bindings = (argv, []) if launcher else split_gin_flags(argv)
     parser = build_parser()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import pathlib
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -17,6 +18,7 @@ from t5x.launch._assembly import check_components, check_vocabularies, feature_c
 from t5x.launch._configs import CheckpointConfig, DatasetConfig
 from t5x.launch._inference import InferenceReport, inference_metrics
 from t5x.launch._model_dir_lock import LOCK_NAME, ModelDirInUseError, ModelDirLock, acquire_model_dir_lock
+from t5x.launch._platform import apply_cpu_kernels_override
 from t5x.launch._preemption import Preempted
 from t5x.launch._run_folder import new_model_dir, undo_early_failure
 
@@ -269,6 +271,7 @@ def train(
     import t5x.training
     from t5x.checkpointing import Checkpointer
 
+    apply_cpu_kernels_override(model, os.environ)  # T5X_CPU_KERNELS, T5X_CACHE_DIR, CXX
     partitioner = _default_partitioner(partitioner)
     optimizer = _default_optimizer(optimizer)
     checkpoint_cfg = checkpoint_cfg or CheckpointConfig()
@@ -425,6 +428,7 @@ def evaluate(
     Returns:
       One JobResult per evaluated checkpoint.
     """
+    apply_cpu_kernels_override(model, os.environ)
     partitioner = _default_partitioner(partitioner)
     converter = feature_converter_for(model, pack=False)
     check_components(model=model, partitioner=partitioner, feature_converter=converter)
@@ -481,6 +485,7 @@ def infer(
     """
     import t5x.training
 
+    apply_cpu_kernels_override(model, os.environ)
     partitioner = _default_partitioner(partitioner)
     provider, converter, batches = _iterator(model, dataset_cfg, partitioner, random_seed, train=False)
     check_components(model=model, partitioner=partitioner, feature_converter=converter, iterator=batches)

@@ -1,26 +1,33 @@
 """glibc malloc settings for XLA:CPU jobs: huge pages, and freed memory kept for the next step.
 
+Only for jobs on JAX's CPU backend (:func:`t5x.launch.job_runs_on_cpu`): on a TPU or GPU the
+steps' buffers live in the device's memory, and the host process keeps glibc's defaults.
+
 XLA:CPU allocates a step's large buffers afresh every step and frees them at its end. By
 default glibc serves each large buffer with its own ``mmap`` and returns it with ``munmap``, so
 every step the kernel hands out, and zeroes, several GiB of fresh pages (a float32 DEC-S
-training step: ~6 GiB, 1.6 M page faults). Two settings fix that:
+training step: ~6 GiB, 1.6 M page faults). The defaults:
 
 - ``glibc.malloc.hugetlb=1`` (glibc >= 2.35) asks for 2 MiB pages: 65 k faults instead of
   1.6 M, DEC-S 12.3-12.4 s -> 9.4-10.9 s per step on the 2-core Xeon here.
-- ``arena_max=1``, ``mmap_max=0`` and an unbounded ``trim_threshold`` serve every allocation
+- ``mmap_max=0``, an unbounded ``trim_threshold`` and ``arena_max=1`` serve every allocation
   from the main heap and never give freed memory back, so from the second step on a step
-  reuses the pages of the one before: no faults, no kernel time. With huge pages alone, perf
-  still put 15% of a DEC-S step's CPU time in the kernel zeroing fresh pages (3-3.6 s of
-  system time per step); with these, none. DEC-S in a bare loop: 10.6-12.2 s -> 8.9 s per
-  step. The gain is larger when other processes free and take memory in between (this VM's
-  kernel reports freed pages to its host): right after a PyTorch step in another process,
-  13.9-17.3 s -> 10.3-11.1 s. The cost is memory: the heap keeps the most a step has needed,
-  plus fragmentation (DEC-S: 12.7 GiB peak resident instead of 7.0 GiB), and the first step
-  pays the faults once (DEC-S: ~8 s more).
+  reuses the pages of the one before. All three are needed: XLA allocates part of a step's
+  buffers on its worker threads, and a thread's own arena maps any buffer over 64 MiB afresh
+  whatever ``mmap_max`` says (a 4096^2 float32 program: 808 faults per step with huge pages
+  alone, 244 with ``mmap_max=0`` and no trim, 11 with ``arena_max=1`` too). The cost is
+  memory: the heap keeps the most a step has needed, plus fragmentation (DEC-S: 12.7 GiB peak
+  resident instead of 7.0 GiB), and the first step pays the faults once.
+
+The job's own input pipeline (tf.data, many threads) runs in the same process; with one arena
+it did not get slower (ENCDEC-S's span-corruption pipeline used less CPU per token, not more;
+seqio's own pipeline, measured as a peer, ran 2x slower, which is why benchmark peers get
+:func:`user_environment`). docs/benchmarks.md ("Launcher defaults") has the figures.
 
 glibc reads tunables once, when the process starts, so the launcher re-executes itself with
-them set. Each tunable the user already set (e.g. ``glibc.malloc.hugetlb=0``, or
-``glibc.malloc.mmap_max=65536`` to give large buffers back again) keeps its value.
+them set. Each tunable the user already set (e.g. ``glibc.malloc.hugetlb=0``,
+``glibc.malloc.arena_max=8`` for more arenas, or ``glibc.malloc.mmap_max=65536`` to give
+large buffers back again) keeps its value.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ import pathlib
 import platform
 import sys
 from collections.abc import Mapping, MutableMapping, Sequence
+
+from t5x.launch._platform import job_runs_on_cpu
 
 HUGEPAGES = "glibc.malloc.hugetlb"
 # Where add_malloc_defaults keeps the user's own GLIBC_TUNABLES, for user_environment.
@@ -95,15 +104,16 @@ def user_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]
 def restart_with_malloc_defaults(orig_argv: Sequence[str] | None = None) -> None:
     """Re-executes this process with :func:`add_malloc_defaults` when that changes anything.
 
-    Call it first thing in a program's entry point, before any thread starts: it replaces
+    Only for a job on the CPU backend (:func:`t5x.launch.job_runs_on_cpu`) on Linux with
+    glibc >= 2.35. Call it first thing in a program's entry point, before any thread starts: it replaces
     the process (same PID, same open files) and does not return when it re-executes.
 
     Args:
       orig_argv: the command line to run again (default ``sys.orig_argv``: the interpreter,
         its options, then the script or ``-m module`` and its arguments).
     """
-    if not hugepages_supported():
-        return
+    if not hugepages_supported() or not job_runs_on_cpu(os.environ):
+        return  # TPU and GPU jobs keep glibc's defaults: their steps' buffers live on the device
     environ = dict(os.environ)
     if not add_malloc_defaults(environ):
         return

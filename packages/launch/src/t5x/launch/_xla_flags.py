@@ -1,17 +1,8 @@
-"""XLA defaults the launcher sets for its jobs before JAX starts its backend."""
+"""XLA flags the launcher sets before JAX starts its backend: CPU defaults and a config's own."""
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
-
-# XLA:CPU hands matmuls, reductions and elementwise fusions to YNNPACK by default. Its
-# float32 results are as precise, and a float32 DEC-S train step is as fast either way, but
-# the built-in demo (1000 steps, fixed seeds) ends at 54% exact match with it against 78%
-# without: that run is sensitive to the last bits of float32 rounding, and it was
-# validated with YNNPACK off. bfloat16 matmuls (`matmul_dtype="bfloat16"`) need YNNPACK for
-# AMX: `XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=individual_dot` (a 2048^3 bf16
-# product: 1.3 TFLOP/s on the 2-core Xeon here, 0.24 without). Other backends ignore the flag.
-CPU_DEFAULTS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+from collections.abc import MutableMapping, Sequence
 
 # Options of XLA:CPU's own (``--xla_backend_extra_options=key=value``). XLA:CPU compiles a
 # while loop that its cost model rates below this many bytes into one single-threaded
@@ -20,6 +11,10 @@ CPU_DEFAULTS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 # then ran up to 2x slower (greedy DEC-S: 66 -> 77 generated tokens/s with the pass off,
 # ENCDEC-S: 109 -> 123; batch 8 was not affected).
 BACKEND_DEFAULTS = {"xla_cpu_small_while_loop_byte_threshold": "0"}
+
+# The gin macro a config names its own XLA flags with, e.g. the demo's
+# ``XLA_FLAGS = ['--xla_cpu_experimental_ynn_fusion_type=']`` (runs/demo.gin).
+CONFIG_MACRO = "XLA_FLAGS"
 
 
 def _append_missing(environ: MutableMapping[str, str], flags: dict[str, str]) -> None:
@@ -43,10 +38,52 @@ def add_backend_defaults(environ: MutableMapping[str, str]) -> None:
 
 
 def add_xla_defaults(environ: MutableMapping[str, str]) -> None:
-    """Appends each default flag to ``environ["XLA_FLAGS"]`` unless the user already set it.
+    """Appends the XLA:CPU defaults of a ``t5x-launch`` CPU job to ``environ["XLA_FLAGS"]``.
 
-    Both ``CPU_DEFAULTS`` and ``BACKEND_DEFAULTS``. Takes effect only for a JAX backend that
-    has not started yet (XLA reads the flags once, when the backend is created).
+    Today these are :data:`BACKEND_DEFAULTS` (:func:`add_backend_defaults`); each keeps the
+    user's value where set. Takes effect only for a JAX backend that has not started yet
+    (XLA reads the flags once, when the backend is created).
     """
-    _append_missing(environ, {f"--{name}": f"--{name}={value}" for name, value in CPU_DEFAULTS.items()})
     add_backend_defaults(environ)
+
+
+def add_config_flags(environ: MutableMapping[str, str], flags: object, where: str = CONFIG_MACRO) -> None:
+    """Appends a config's XLA flags (``--name=value`` strings) unless the user set the same name.
+
+    Args:
+      environ: the job's environment, before JAX starts its backend.
+      flags: a list or tuple of ``--xla_...=value`` strings.
+      where: what set ``flags``, for the error message.
+
+    Raises:
+      ValueError: when ``flags`` is not a sequence of ``--name=value`` strings.
+    """
+    if isinstance(flags, str) or not isinstance(flags, Sequence):
+        raise ValueError(
+            f"{where} must be a list of XLA flags like ['--xla_name=value'], got {type(flags).__name__} {flags!r}"
+        )
+    named = {}
+    for flag in flags:
+        if not isinstance(flag, str) or not flag.startswith("--") or "=" not in flag:
+            raise ValueError(f"{where}: each XLA flag must be a string '--name=value', got {flag!r}")
+        named[flag.split("=", 1)[0] + "="] = flag
+    _append_missing(environ, named)
+
+
+def add_gin_flags(environ: MutableMapping[str, str]) -> None:
+    """Appends the parsed gin config's ``XLA_FLAGS`` macro (if it sets one) with :func:`add_config_flags`.
+
+    Raises:
+      GinConfigError: when the macro is not a list of ``--name=value`` strings.
+    """
+    import gin
+
+    from t5x.launch._gin_config import GinConfigError, macro_value
+
+    flags = macro_value(CONFIG_MACRO)
+    if flags is gin.REQUIRED:
+        return
+    try:
+        add_config_flags(environ, flags, f"the gin macro {CONFIG_MACRO}")
+    except ValueError as error:
+        raise GinConfigError(str(error)) from None

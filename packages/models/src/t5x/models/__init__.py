@@ -2,10 +2,9 @@
 
 from t5x.models._attention import MultiHeadDotProductAttention, dot_product_attention
 from t5x.models._config import DecoderOnlyConfig, T5Config
-from t5x.models._cpu_kernels import cpu_kernels_ready, pack_decode_kernels, packed_matmul
+from t5x.models._cpu_kernels import cpu_kernels_ready
 from t5x.models._flops import decoder_only_flops_per_token, encoder_decoder_flops_per_token
 from t5x.models._hf_names import hf_to_t5x_params, t5x_to_hf_state
-from t5x.models._joined import join_decode_kernels
 from t5x.models._layers import (
     DenseGeneral,
     Embed,
@@ -33,6 +32,7 @@ from t5x.models._network import Decoder, DecoderLayer, Encoder, EncoderLayer
 from t5x.models._presets import PRESETS, preset
 from t5x.models._reference import LazyReference
 from t5x.models._scan import scan_params, unscan_params
+from t5x.models._step_kernels import CpuKernels
 from t5x.models._transformer import DecoderOnlyTransformer, EncoderDecoderTransformer
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "mtf_variable_to_t5x",
     "t5_config_from_params",
     "PRESETS",
+    "CpuKernels",
     "Decoder",
     "DecoderLayer",
     "DecoderOnlyConfig",
@@ -71,12 +72,9 @@ __all__ = [
     "dot_product_attention",
     "encoder_decoder_flops_per_token",
     "get_loss_normalizing_factor_and_weights",
-    "join_decode_kernels",
     "make_attention_mask",
     "make_causal_mask",
     "make_decoder_mask",
-    "pack_decode_kernels",
-    "packed_matmul",
     "prefill_spans",
     "preset",
     "relative_position_bucket",

@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from t5x.models._cpu_kernels import PACKED, cache_logits, cache_values, float32_only
+from t5x.models._cpu_kernels import cache_logits, cache_values, float32_only
 from t5x.models._joined import joined_kernel
 from t5x.models._layers import DenseGeneral, RelativeBias, combine_masks, constrain, nd_init
 from t5x.models._matmul import dense, dot_general
@@ -107,8 +107,8 @@ def _attend_to_cache(
       dtype: dtype of the output.
       float32_logits: compute the logits in float32.
       matmul_dtype: dtype the operands of both products are rounded to, or None.
-      cpu_kernels: a decoding step prepared for the CPU kernels (`pack_decode_kernels`):
-        one float32 query per row then reads the cache through them.
+      cpu_kernels: a decoding step on the CPU kernels: one float32 query per row then
+        reads the cache through them.
 
     Returns:
       ``[batch, q_len, heads, head_dim]``.
@@ -164,6 +164,10 @@ class MultiHeadDotProductAttention(nn.Module):
       float32_logits: compute ``q.k`` in float32.
       joined_kernel: t5 layout (``[embed, heads*head_dim]``) versus the
         scalable-T5 layout (``[embed, heads, head_dim]``).
+      step_kernels: how a decoding step multiplies and attends: ``"xla"``, ``"packed"``
+        (the CPU kernels: packed projections, and one float32 query per row reading the
+        cache through them) or ``"joined"`` (one row's query, key and value in one
+        product). The model chooses it per decode call; other calls ignore it.
     """
 
     num_heads: int
@@ -173,6 +177,7 @@ class MultiHeadDotProductAttention(nn.Module):
     dropout_rate: float = 0.0
     float32_logits: bool = False
     joined_kernel: bool = True
+    step_kernels: str = "xla"
 
     @nn.compact
     def __call__(
@@ -210,38 +215,153 @@ class MultiHeadDotProductAttention(nn.Module):
         Raises:
           ValueError: for a decoding step whose query does not fit the cache.
         """
-        kernel_axes = ("embed", "joined_kv") if self.joined_kernel else ("embed", "heads", "kv")
+        if prefill and decode:
+            raise ValueError(
+                "prefill and decode cannot both be set: prefill the prompt first, then decode step by step"
+            )
+        # The cache exists once `init` (or a first call) has created it.
+        cached = (prefill or decode) and self.has_variable("cache", "cached_key")
+        if decode and cached:
+            x = self._cached_step(inputs_q, inputs_kv, mask, bias, deterministic)
+        elif prefill and cached:
+            x = self._prefill(inputs_q, inputs_kv, mask, bias, prefill_lengths, deterministic)
+        elif self._one_query_cross_attention(inputs_q, inputs_kv, deterministic, prefill or decode):
+            x = self._cross_step(inputs_q, inputs_kv, mask, bias)
+        else:
+            x = self._full(inputs_q, inputs_kv, mask, bias, deterministic, create_cache=prefill or decode)
+        return self._output(x, inputs_q.shape[-1])
+
+    # ------------------------------------------------------------------ one method per mode
+    def _full(
+        self,
+        inputs_q: jax.Array,
+        inputs_kv: jax.Array,
+        mask: jax.Array | None,
+        bias: Any,
+        deterministic: bool,
+        create_cache: bool,
+    ) -> jax.Array:
+        """Training, scoring and a prompt pass without a cache (creating it under ``init``)."""
+        query, key, value = self._qkv(inputs_q, inputs_kv)
+        if create_cache:
+            self._cache_variables(key, value)
+        return self._attend(query, key, value, self._attention_bias(mask, bias), deterministic)
+
+    def _prefill(
+        self,
+        inputs_q: jax.Array,
+        inputs_kv: jax.Array,
+        mask: jax.Array | None,
+        bias: Any,
+        prefill_lengths: jax.Array | None,
+        deterministic: bool,
+    ) -> jax.Array:
+        """A prompt pass that also writes each example's keys and values into the cache."""
+        query, key, value = self._qkv(inputs_q, inputs_kv)
+        cached_key, cached_value, cache_index = self._cache_variables(key, value)
+        length = cached_key.value.shape[-1]
+        span = query.shape[1]
+        if span > length:
+            raise ValueError(f"prefill of {span} positions does not fit the cache length {length}")
+        if prefill_lengths is None:
+            assert mask is not None, "prefill without prefill_lengths needs a mask"
+            prefill_lengths = jnp.sum(mask[:, 0, 0, :], axis=-1)
+        lengths = jnp.asarray(prefill_lengths, jnp.int32).reshape(-1)
+        keep = (jnp.arange(span)[None, :] < lengths[:, None])[:, None, None, :]
+        # A prompt shorter than the cache fills its first `span` slots; the rest stay zero.
+        rest = ((0, 0),) * 3 + ((0, length - span),)
+        cached_key.value = jnp.pad(jnp.moveaxis(key, -3, -1) * keep.astype(key.dtype), rest)
+        cached_value.value = jnp.pad(jnp.moveaxis(value, -3, -1) * keep.astype(value.dtype), rest)
+        cache_index.value = lengths
+        return self._attend(query, key, value, self._attention_bias(mask, bias), deterministic)
+
+    def _cached_step(
+        self,
+        inputs_q: jax.Array,
+        inputs_kv: jax.Array,
+        mask: jax.Array | None,
+        bias: Any,
+        deterministic: bool,
+    ) -> jax.Array:
+        """One decoding position per row: write its key and value, attend to the cache."""
+        query, key, value = self._qkv(inputs_q, inputs_kv, step=True)
+        cached_key, cached_value, cache_index = self._cache_variables(key, value)
+        batch, heads, depth, length = cached_key.value.shape
+        expected = (batch, 1, heads, depth)
+        if query.shape != expected:
+            raise ValueError(
+                f"autoregressive cache holds batch={batch}, heads={heads}, head_dim={depth}, "
+                f"length={length}: expected a decoding-step query of shape {expected}, got {query.shape}"
+            )
+        cur = jnp.reshape(cache_index.value, (-1,))
+        # Writing one slot in place (not a one-hot sum over the whole cache) and attending
+        # in the cache layout keep a step's memory traffic to one read of the cache.
+        full_key = _write_slot(cached_key.value, key, cur)
+        full_value = _write_slot(cached_value.value, value, cur)
+        cached_key.value = full_key
+        cached_value.value = full_value
+        cache_index.value = cache_index.value + 1
+        visible = jnp.arange(length)[None, None, None, :] <= cur[:, None, None, None]
+        mask = combine_masks(mask, jnp.broadcast_to(visible, (batch, 1, 1, length)))
+        attention_bias = self._attention_bias(mask, _bias_rows(bias, cur))
+        if not deterministic and self.dropout_rate > 0.0:
+            keys, values = jnp.moveaxis(full_key, -1, -3), jnp.moveaxis(full_value, -1, -3)
+            return self._attend(query, keys, values, attention_bias, deterministic)
+        return self._attend_to_cache(query, full_key, full_value, attention_bias)
+
+    def _cross_step(
+        self, inputs_q: jax.Array, inputs_kv: jax.Array, mask: jax.Array | None, bias: Any
+    ) -> jax.Array:
+        """One query per row attending outside the cache: a decoding step's cross-attention.
+
+        Its keys and values are the same at every step; projected straight into the cache
+        layout, they need no per-step transpose (XLA would re-lay them out inside the loop).
+        """
+        query, key, value = self._qkv(inputs_q, inputs_kv, cache_layout=True)
+        return self._attend_to_cache(query, key, value, self._attention_bias(mask, bias))
+
+    # ------------------------------------------------------------------ shared pieces
+    def _one_query_cross_attention(
+        self, inputs_q: jax.Array, inputs_kv: jax.Array, deterministic: bool, cache: bool
+    ) -> bool:
+        return (
+            inputs_q.shape[-2] == 1
+            and inputs_kv.ndim == 3
+            and not cache
+            and (deterministic or self.dropout_rate == 0.0)
+        )
+
+    def _projection(
+        self, name: str, x: jax.Array, *, query: bool = False, cache_layout: bool = False
+    ) -> jax.Array:
         init = nd_init(1.0, "fan_in", "normal")
         depth_scaling = jnp.sqrt(self.head_dim).astype(jnp.float32)
 
         def query_init(*args: Any) -> jax.Array:
-            return init(*args) / depth_scaling
+            return init(*args) / depth_scaling  # T5's 1/sqrt(head_dim), folded into the query
 
-        def projection(name: str, kernel_init: Any, x: jax.Array, cache_layout: bool = False) -> jax.Array:
-            y = DenseGeneral(
-                features=(self.num_heads, self.head_dim),
-                axis=-1,
-                dtype=self.dtype,
-                matmul_dtype=self.matmul_dtype,
-                kernel_init=kernel_init,
-                kernel_axes=kernel_axes,
-                joined_kernel=self.joined_kernel,
-                name=name,
-            )(x, features_before_length=cache_layout)
-            if cache_layout:
-                return constrain(y, ("batch", "heads", "kv", "length"))
-            return constrain(y, ("batch", "length", "heads", "kv"))
+        y = DenseGeneral(
+            features=(self.num_heads, self.head_dim),
+            axis=-1,
+            dtype=self.dtype,
+            matmul_dtype=self.matmul_dtype,
+            kernel_init=query_init if query else init,
+            kernel_axes=("embed", "joined_kv") if self.joined_kernel else ("embed", "heads", "kv"),
+            joined_kernel=self.joined_kernel,
+            step_kernels=self.step_kernels,
+            name=name,
+        )(x, features_before_length=cache_layout)
+        if cache_layout:
+            return constrain(y, ("batch", "heads", "kv", "length"))
+        return constrain(y, ("batch", "length", "heads", "kv"))
 
-        # One query per row outside the cache: a decoding step's cross-attention. Its keys
-        # and values are the same at every step; projected straight into the cache layout,
-        # they need no per-step transpose (XLA would re-lay them out inside the loop).
-        cache_layout = (
-            inputs_q.shape[-2] == 1
-            and inputs_kv.ndim == 3
-            and not (prefill or decode)
-            and (deterministic or self.dropout_rate == 0.0)
-        )
-        joined = joined_kernel(self, "qkv", inputs_q) if decode and inputs_q is inputs_kv else None
+    def _qkv(
+        self, inputs_q: jax.Array, inputs_kv: jax.Array, *, step: bool = False, cache_layout: bool = False
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Query ``[batch, q_len, heads, head_dim]``, key and value (``cache_layout``: ``[batch, heads, head_dim, kv_len]``)."""
+        joined = None
+        if step and self.step_kernels == "joined" and self.joined_kernel and inputs_q is inputs_kv:
+            joined = joined_kernel(self, "qkv", inputs_q)
         if joined is not None:
             # One decoding row: query, key and value in one product (see `join_decode_kernels`).
             qkv = dense(jnp.asarray(inputs_q, self.dtype), joined.astype(self.dtype), self.matmul_dtype)
@@ -252,112 +372,82 @@ class MultiHeadDotProductAttention(nn.Module):
                 )
                 for p in jnp.split(qkv, 3, axis=-1)
             )
-        else:
-            query = projection("query", query_init, inputs_q)
-            key = projection("key", init, inputs_kv, cache_layout)
-            value = projection("value", init, inputs_kv, cache_layout)
+            return query, key, value
+        return (
+            self._projection("query", inputs_q, query=True),
+            self._projection("key", inputs_kv, cache_layout=cache_layout),
+            self._projection("value", inputs_kv, cache_layout=cache_layout),
+        )
 
-        if prefill and decode:
-            raise ValueError(
-                "prefill and decode cannot both be set: prefill the prompt first, then decode step by step"
-            )
-        if prefill or decode:
-            initialized = self.has_variable("cache", "cached_key")
-            cache_shape = (*key.shape[:-3], key.shape[-2], key.shape[-1], key.shape[-3])
-            cached_key = self.variable("cache", "cached_key", jnp.zeros, cache_shape, key.dtype)
-            cached_value = self.variable("cache", "cached_value", jnp.zeros, cache_shape, value.dtype)
-            cache_index = self.variable("cache", "cache_index", lambda: jnp.array(0, dtype=jnp.int32))
-            if initialized:
-                batch, heads, depth, length = cached_key.value.shape
-                if prefill:
-                    span = query.shape[1]
-                    if span > length:
-                        raise ValueError(
-                            f"prefill of {span} positions does not fit the cache length {length}"
-                        )
-                    if prefill_lengths is None:
-                        assert mask is not None, "prefill without prefill_lengths needs a mask"
-                        prefill_lengths = jnp.sum(mask[:, 0, 0, :], axis=-1)
-                    lengths = jnp.asarray(prefill_lengths, jnp.int32).reshape(-1)
-                    keep = (jnp.arange(span)[None, :] < lengths[:, None])[:, None, None, :]
-                    # A prompt shorter than the cache fills its first `span` slots; the rest stay zero.
-                    rest = ((0, 0),) * 3 + ((0, length - span),)
-                    cached_key.value = jnp.pad(jnp.moveaxis(key, -3, -1) * keep.astype(key.dtype), rest)
-                    cached_value.value = jnp.pad(jnp.moveaxis(value, -3, -1) * keep.astype(value.dtype), rest)
-                    cache_index.value = lengths
-                else:
-                    expected = (batch, 1, heads, depth)
-                    if query.shape != expected:
-                        raise ValueError(
-                            f"autoregressive cache holds batch={batch}, heads={heads}, head_dim={depth}, "
-                            f"length={length}: expected a decoding-step query of shape {expected}, got {query.shape}"
-                        )
-                    cur = jnp.reshape(cache_index.value, (-1,))
-                    # Writing one slot in place (not a one-hot sum over the whole cache) and
-                    # attending in the cache layout keep a step's memory traffic to one read
-                    # of the cache.
-                    full_key = _write_slot(cached_key.value, key, cur)
-                    full_value = _write_slot(cached_value.value, value, cur)
-                    cached_key.value = full_key
-                    cached_value.value = full_value
-                    cache_index.value = cache_index.value + 1
-                    key, value, cache_layout = full_key, full_value, True
-                    visible = jnp.arange(length)[None, None, None, :] <= cur[:, None, None, None]
-                    mask = combine_masks(mask, jnp.broadcast_to(visible, (batch, 1, 1, length)))
-                    if isinstance(bias, RelativeBias):
-                        bias = bias.rows(cur)  # [1 or batch, heads, 1, length]
-                    elif bias is not None:
-                        # Row `cur` of the full-length bias, per example when the index is per example.
-                        rows = jnp.take(bias[0], cur, axis=1)  # [heads, 1 or batch, length]
-                        bias = jnp.transpose(rows, (1, 0, 2))[:, :, None, :]
+    def _cache_variables(self, key: jax.Array, value: jax.Array) -> tuple[Any, Any, Any]:
+        """``cached_key``, ``cached_value`` and ``cache_index``, created for ``key``'s shape if new."""
+        shape = (*key.shape[:-3], key.shape[-2], key.shape[-1], key.shape[-3])
+        return (
+            self.variable("cache", "cached_key", jnp.zeros, shape, key.dtype),
+            self.variable("cache", "cached_value", jnp.zeros, shape, value.dtype),
+            self.variable("cache", "cache_index", lambda: jnp.array(0, dtype=jnp.int32)),
+        )
+
+    def _attention_bias(self, mask: jax.Array | None, bias: Any) -> jax.Array | None:
         if isinstance(bias, RelativeBias):
             bias = bias.full()
-
         attention_bias = _mask_to_bias(mask, self.dtype) if mask is not None else None
-        if bias is not None:
-            attention_bias = (
-                bias if attention_bias is None else attention_bias + bias.astype(attention_bias.dtype)
-            )
+        if bias is None:
+            return attention_bias
+        return bias if attention_bias is None else attention_bias + bias.astype(attention_bias.dtype)
 
+    def _attend(
+        self, query: jax.Array, key: jax.Array, value: jax.Array, bias: jax.Array | None, deterministic: bool
+    ) -> jax.Array:
         dropout_rng = None
         if not deterministic and self.dropout_rate > 0.0:
             dropout_rng = self.make_rng("dropout")
-        if cache_layout and dropout_rng is None:
-            # A decoding step prepared for the CPU kernels carries this layer's packed kernels.
-            prepared = self.has_variable(PACKED, "query")
-            x = _attend_to_cache(
-                query,
-                key,
-                value,
-                attention_bias,
-                self.dtype,
-                self.float32_logits,
-                self.matmul_dtype,
-                prepared,
-            )
-        else:
-            if cache_layout:
-                key, value = jnp.moveaxis(key, -1, -3), jnp.moveaxis(value, -1, -3)
-            x = dot_product_attention(
-                query,
-                key,
-                value,
-                bias=attention_bias,
-                dropout_rng=dropout_rng,
-                dropout_rate=self.dropout_rate,
-                deterministic=deterministic,
-                dtype=self.dtype,
-                float32_logits=self.float32_logits,
-                matmul_dtype=self.matmul_dtype,
-            )
-        out_axes = ("joined_kv", "embed") if self.joined_kernel else ("heads", "kv", "embed")
+        return dot_product_attention(
+            query,
+            key,
+            value,
+            bias=bias,
+            dropout_rng=dropout_rng,
+            dropout_rate=self.dropout_rate,
+            deterministic=deterministic,
+            dtype=self.dtype,
+            float32_logits=self.float32_logits,
+            matmul_dtype=self.matmul_dtype,
+        )
+
+    def _attend_to_cache(
+        self, query: jax.Array, key: jax.Array, value: jax.Array, bias: jax.Array | None
+    ) -> jax.Array:
+        return _attend_to_cache(
+            query,
+            key,
+            value,
+            bias,
+            self.dtype,
+            self.float32_logits,
+            self.matmul_dtype,
+            cpu_kernels=self.step_kernels == "packed",
+        )
+
+    def _output(self, x: jax.Array, features: int) -> jax.Array:
         return DenseGeneral(
-            features=inputs_q.shape[-1],
+            features=features,
             axis=(-2, -1),
             dtype=self.dtype,
             matmul_dtype=self.matmul_dtype,
-            kernel_init=init,
-            kernel_axes=out_axes,
+            kernel_init=nd_init(1.0, "fan_in", "normal"),
+            kernel_axes=("joined_kv", "embed") if self.joined_kernel else ("heads", "kv", "embed"),
             joined_kernel=self.joined_kernel,
+            step_kernels=self.step_kernels,
             name="out",
         )(x)
+
+
+def _bias_rows(bias: Any, cur: jax.Array) -> Any:
+    """Row ``cur`` (``[1]`` or ``[batch]``) of a whole-cache bias: ``[1 or batch, heads, 1, length]``."""
+    if isinstance(bias, RelativeBias):
+        return bias.rows(cur)
+    if bias is None:
+        return None
+    rows = jnp.take(bias[0], cur, axis=1)  # [heads, 1 or batch, length]
+    return jnp.transpose(rows, (1, 0, 2))[:, :, None, :]

@@ -9,10 +9,10 @@ of ``cpu_kernels.cc`` read each operand front to back: the weights packed once p
 call into 32-column blocks, ``[out / 32, in, 32]`` (the same products: 4.4 ms per step at
 8 rows, 3.4 ms at one), and the cache in its ``[batch, heads, head_dim, length]`` layout.
 
-They are compiled on first use with the system's C++ compiler (``$CXX``, ``g++``, ``c++``
-or ``clang++``) for this CPU, cached under ``$T5X_CACHE_DIR`` (default ``~/.cache/t5x``)
-and registered with XLA as FFI targets. Without a compiler, on other backends, with more
-than one device, or with ``T5X_CPU_KERNELS=0``, decoding runs on XLA's products as before.
+They are compiled on first use with a C++ compiler (the one named, else ``g++``, ``c++`` or
+``clang++``) for this CPU, cached in a folder (default ``~/.cache/t5x``) and registered with
+XLA as FFI targets, once per process. Whether a model decodes with them is its
+``cpu_kernels`` option (:class:`t5x.models.CpuKernels`); nothing here reads the environment.
 Float32 only; results differ from XLA's in the last bits (other summation orders).
 """
 
@@ -27,7 +27,6 @@ import platform
 import shutil
 import subprocess
 import tempfile
-import warnings
 from collections.abc import Mapping
 from importlib import metadata, resources
 from pathlib import Path
@@ -108,51 +107,80 @@ def float32_only(dtype: Any, matmul_dtype: Any) -> bool:
 
 
 def packed_kernel(module: nn.Module, inputs: jax.Array) -> jax.Array | None:
-    """``module``'s packed ``kernel`` when it has one and ``inputs [..., in]`` are few rows."""
-    if math.prod(inputs.shape[:-1]) > MAX_ROWS or not module.has_variable(PACKED, "kernel"):
+    """``module``'s packed ``kernel`` for a step of few rows (``inputs [..., in]``), else None.
+
+    For a module whose step multiplies through the CPU kernels; a step of more than
+    :data:`MAX_ROWS` rows keeps XLA's product.
+
+    Raises:
+      ValueError: when the ``packed_kernels`` collection lacks the module's kernel.
+    """
+    if math.prod(inputs.shape[:-1]) > MAX_ROWS:
         return None
-    return module.get_variable(PACKED, "kernel")
+    packed: jax.Array | None = module.get_variable(PACKED, "kernel")
+    if packed is None:
+        raise ValueError(
+            f"{module.name}: a step on the CPU kernels needs the {PACKED!r} collection with this "
+            "layer's packed kernel (`pack_decode_kernels` of the parameters)"
+        )
+    return packed
+
+
+_registered = False  # XLA's FFI registry is per process: the kernels register once
+
+
+def unavailable_reason(
+    cache_dir: str | os.PathLike[str] | None = None, compiler: str | None = None
+) -> str | None:
+    """None when decoding can use the CPU kernels here, else why not.
+
+    They need JAX's CPU backend with one device; the first call that gets that far builds
+    the kernels (or finds them built) in ``cache_dir`` with ``compiler`` and registers them.
+    A failed build is tried once per ``(cache_dir, compiler)``.
+    """
+    backend = jax.default_backend()
+    if backend != "cpu":
+        return f"JAX's backend is {backend}, not cpu"
+    if jax.device_count() != 1:
+        return f"there are {jax.device_count()} devices (the kernels run on one)"
+    if _registered:
+        return None
+    return _load(Path(cache_dir) if cache_dir else Path.home() / ".cache" / "t5x", compiler)
+
+
+def cpu_kernels_ready(cache_dir: str | os.PathLike[str] | None = None, compiler: str | None = None) -> bool:
+    """Whether decoding can use the CPU kernels in this process (see :func:`unavailable_reason`)."""
+    return unavailable_reason(cache_dir, compiler) is None
 
 
 @functools.cache
-def cpu_kernels_ready() -> bool:
-    """Whether decoding may use the CPU kernels here (built and registered on the first call).
-
-    Decided once per process: ``T5X_CPU_KERNELS`` is read then.
-    """
-    if os.environ.get("T5X_CPU_KERNELS", "1").strip().lower() in ("0", "false", "no", "off"):
-        return False
-    if jax.default_backend() != "cpu" or jax.device_count() != 1:
-        return False
+def _load(cache_dir: Path, compiler: str | None) -> str | None:
+    global _registered
     try:
-        library = ctypes.CDLL(str(_build()))
+        library = ctypes.CDLL(str(_build(cache_dir, compiler)))
     except (OSError, subprocess.CalledProcessError) as err:
         detail = getattr(err, "stderr", "") or err
-        warnings.warn(
-            f"t5x.models: decoding uses XLA's products; the CPU kernels did not build: {detail}",
-            stacklevel=2,
-        )
-        return False
+        return f"the CPU kernels did not build: {detail}"
     for target, symbol in _TARGETS.items():
         jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, symbol)), platform="cpu")
-    return True
+    _registered = True
+    return None
 
 
-def _build() -> Path:
+def _build(cache: Path, compiler: str | None) -> Path:
     """The compiled kernels for this CPU and jaxlib (whose FFI headers they use): cached, else built."""
     source = resources.files("t5x.models").joinpath(_SOURCE).read_bytes()
     digest = hashlib.sha256(
         b"\0".join([source, metadata.version("jaxlib").encode(), " ".join(_FLAGS).encode(), _cpu_identity()])
     ).hexdigest()[:16]
-    cache = Path(os.environ.get("T5X_CACHE_DIR") or Path.home() / ".cache" / "t5x")
     target = cache / f"cpu_kernels-{digest}.so"
     if target.exists():
         return target
-    compiler = os.environ.get("CXX") or next(
+    compiler = compiler or next(
         (found for name in ("g++", "c++", "clang++") if (found := shutil.which(name))), None
     )
     if compiler is None:
-        raise OSError("no C++ compiler found (set CXX)")
+        raise OSError("no C++ compiler found (g++, c++ or clang++; or name one: CpuKernels(compiler=...))")
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as scratch:
         src, out = Path(scratch) / _SOURCE, Path(scratch) / target.name

@@ -63,7 +63,19 @@ def _kernels(tree: Mapping[str, Any], names: Sequence[str]) -> list[jax.Array] |
 
 
 def joined_kernel(module: nn.Module, name: str, inputs: jax.Array) -> jax.Array | None:
-    """``module``'s joined kernel ``name`` when it has one and ``inputs`` is a single row."""
-    if math.prod(inputs.shape[:-1]) != 1 or not module.has_variable(JOINED, name):
+    """``module``'s joined kernel ``name`` for a step of one row (``inputs``), else None.
+
+    For a module whose step multiplies with joined kernels (``step_kernels="joined"``).
+
+    Raises:
+      ValueError: when the ``joined_kernels`` collection lacks the module's kernel.
+    """
+    if math.prod(inputs.shape[:-1]) != 1:
         return None
-    return module.get_variable(JOINED, name)
+    joined: jax.Array | None = module.get_variable(JOINED, name)
+    if joined is None:
+        raise ValueError(
+            f"{module.name}: a step on joined kernels needs the {JOINED!r} collection with this "
+            f"layer's {name!r} (`join_decode_kernels` of the parameters)"
+        )
+    return joined

@@ -58,6 +58,10 @@ class DenseGeneral(nn.Module):
       kernel_init: ``init(key, shape, dtype, in_axis, out_axis)``.
       kernel_axes: logical names of the stored kernel's axes.
       joined_kernel: store the kernel flat (see above).
+      step_kernels: how a decoding step multiplies (``"xla"``, ``"packed"``: the CPU kernel
+        on its packed copy in the ``packed_kernels`` collection, for float32 layers and
+        steps of at most 64 rows; ``"joined"`` multiplies as ``"xla"``). The model chooses
+        it per decode call.
     """
 
     features: int | Sequence[int]
@@ -67,6 +71,7 @@ class DenseGeneral(nn.Module):
     kernel_init: Callable[..., jax.Array] = nd_init(1.0, "fan_in", "truncated_normal")
     kernel_axes: tuple[str, ...] = ()
     joined_kernel: bool = True
+    step_kernels: str = "xla"
 
     @nn.compact
     def __call__(self, inputs: jax.Array, features_before_length: bool = False) -> jax.Array:
@@ -113,7 +118,8 @@ class DenseGeneral(nn.Module):
             # Trailing axes: one [..., in] x [in, out] product (see `dense`).
             rows = inputs.reshape(*inputs.shape[: inputs.ndim - len(axis)], -1)
             flat = kernel.reshape(rows.shape[-1], -1)
-            packed = packed_kernel(self, rows) if float32_only(self.dtype, self.matmul_dtype) else None
+            on_kernels = self.step_kernels == "packed" and float32_only(self.dtype, self.matmul_dtype)
+            packed = packed_kernel(self, rows) if on_kernels else None
             if packed is not None:
                 # A decoding step's few rows (see `pack_decode_kernels`).
                 out = packed_matmul(rows, packed, flat.shape[1])
@@ -285,12 +291,14 @@ class MlpBlock(nn.Module):
     dtype: Any = jnp.float32
     matmul_dtype: Any = None
     joined_kernel: bool = True
+    step_kernels: str = "xla"
 
     @nn.compact
     def __call__(self, inputs: jax.Array, deterministic: bool = False) -> jax.Array:
         """Maps ``[batch, length, embed]`` to the same shape."""
         init = nd_init(1.0, "fan_in", "truncated_normal")
-        joined = joined_kernel(self, "wi", inputs) if len(self.activations) > 1 else None
+        gated = len(self.activations) > 1 and self.joined_kernel
+        joined = joined_kernel(self, "wi", inputs) if self.step_kernels == "joined" and gated else None
         if joined is not None:
             # One decoding row: all gate inputs in one product (see `join_decode_kernels`).
             h = dense(jnp.asarray(inputs, self.dtype), joined.astype(self.dtype), self.matmul_dtype)
@@ -307,6 +315,7 @@ class MlpBlock(nn.Module):
                     kernel_init=init,
                     kernel_axes=("embed", "mlp"),
                     joined_kernel=self.joined_kernel,
+                    step_kernels=self.step_kernels,
                     name=name,
                 )(inputs)
                 hidden.append(activation(act)(h))
@@ -322,6 +331,7 @@ class MlpBlock(nn.Module):
             kernel_init=init,
             kernel_axes=("mlp", "embed"),
             joined_kernel=self.joined_kernel,
+            step_kernels=self.step_kernels,
             name="wo",
         )(x)
 

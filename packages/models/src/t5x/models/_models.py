@@ -12,8 +12,7 @@ import numpy as np
 
 from t5x import decoding
 from t5x.models._config import DecoderOnlyConfig, T5Config
-from t5x.models._cpu_kernels import MAX_ROWS as PACKED_MAX_ROWS
-from t5x.models._cpu_kernels import PACKED, cpu_kernels_ready, pack_decode_kernels
+from t5x.models._cpu_kernels import PACKED, pack_decode_kernels
 from t5x.models._flops import decoder_only_flops_per_token, encoder_decoder_flops_per_token
 from t5x.models._joined import JOINED, join_decode_kernels
 from t5x.models._losses import (
@@ -23,6 +22,7 @@ from t5x.models._losses import (
     token_cross_entropy,
 )
 from t5x.models._reference import LazyReference
+from t5x.models._step_kernels import CpuKernels, check_config, step_kernels
 from t5x.models._transformer import DecoderOnlyTransformer, EncoderDecoderTransformer
 
 PyTree = Any
@@ -214,21 +214,44 @@ class _TransformerModel:
             **kwargs,
         )
 
-    def _step_variables(self, params: PyTree, rows: int) -> dict[str, PyTree]:
-        """``params`` for a decoding step of ``rows`` rows, with the decoder's kernels prepared.
+    @property
+    def cpu_kernels(self) -> CpuKernels:
+        """Whether decoding steps run on the CPU kernels (``True``, ``False``, ``"auto"``; see ``CpuKernels``).
 
-        Packed for the CPU kernel where it is ready (`pack_decode_kernels`), else joined when a
-        step has one row (`join_decode_kernels`). Either is made once per decode call, outside
-        its loop; the encoder does not run per step.
+        Settable (the launcher sets it from its command line); a bool or ``"auto"`` becomes
+        ``CpuKernels(enabled=...)``.
         """
+        return self._cpu_kernels
+
+    @cpu_kernels.setter
+    def cpu_kernels(self, value: bool | str | CpuKernels) -> None:
+        option = CpuKernels.of(value)
+        check_config(option, self.config, type(self).__name__)
+        self._cpu_kernels = option
+
+    def step_kernels(self, params: PyTree, rows: int) -> str:
+        """How a decode call whose steps have ``rows`` rows runs them: ``"packed"`` (the CPU
+        kernels), ``"joined"`` (one row, joined kernels) or ``"xla"``.
+
+        Raises:
+          RuntimeError: when ``cpu_kernels`` is True and the CPU kernels cannot run here.
+        """
+        joins = rows == 1 and bool(join_decode_kernels(params["decoder"]))
+        return step_kernels(self.cpu_kernels, self.config, rows, joins)
+
+    def _step(self, params: PyTree, rows: int) -> tuple[Any, dict[str, PyTree]]:
+        """The network and variables a decode call's steps of ``rows`` rows run with.
+
+        The decoder's kernels are packed (``"packed"``) or joined (``"joined"``) once per
+        decode call, outside its loop; the encoder does not run per step.
+        """
+        mode = self.step_kernels(params, rows)
         variables = {"params": params}
-        if self.config.scan_layers:
-            return variables
-        if rows <= PACKED_MAX_ROWS and cpu_kernels_ready():
+        if mode == "packed":
             variables[PACKED] = {"decoder": pack_decode_kernels(params["decoder"])}
-        elif rows == 1 and (joined := join_decode_kernels(params["decoder"])):
-            variables[JOINED] = {"decoder": joined}
-        return variables
+        elif mode == "joined":
+            variables[JOINED] = {"decoder": join_decode_kernels(params["decoder"])}
+        return self.module.clone(step_kernels=mode), variables
 
     @property
     def eos_id(self) -> int:
@@ -262,6 +285,7 @@ class EncoderDecoderModel(_TransformerModel):
         label_smoothing: float = 0.0,
         loss_normalizing_factor: Any = None,
         decode_fn: Callable[..., Any] = decoding.beam_search,
+        cpu_kernels: bool | str | CpuKernels = "auto",
     ) -> None:
         """Builds the model.
 
@@ -274,6 +298,9 @@ class EncoderDecoderModel(_TransformerModel):
           loss_normalizing_factor: None (sum over weighted tokens), a number, or a
             ``SpecialLossNormalizingFactor`` (or its name).
           decode_fn: ``t5x.decoding.beam_search`` or ``temperature_sample``.
+          cpu_kernels: whether decoding steps run on the CPU kernels: ``"auto"`` (where
+            they can), ``True``, ``False``, or a ``CpuKernels`` (also naming their build
+            folder and compiler).
           module: upstream's keyword: an ``EncoderDecoderTransformer`` instead of ``config``.
           optimizer_def: upstream's keyword: the optimizer the launcher trains with
             (kept as ``optimizer_def``; None: the launcher's default).
@@ -282,6 +309,7 @@ class EncoderDecoderModel(_TransformerModel):
         super().__init__(z_loss, label_smoothing, loss_normalizing_factor, decode_fn)
         self.config = network.config
         self.module = network
+        self.cpu_kernels = cpu_kernels
         self.optimizer_def = optimizer_def
         self.input_vocabulary = input_vocabulary
         self.output_vocabulary = output_vocabulary
@@ -397,10 +425,10 @@ class EncoderDecoderModel(_TransformerModel):
         encoded = self._encode_jit(params, jnp.asarray(enc))
         encoded = decoding.flat_batch_beam_expand(encoded, rows)
         raw_inputs = decoding.flat_batch_beam_expand(jnp.asarray(enc), rows)
-        variables = self._step_variables(params, enc.shape[0] * rows)
+        step_module, variables = self._step(params, enc.shape[0] * rows)
 
         def tokens_to_logits(state: Any) -> tuple[jax.Array, PyTree]:
-            logits, new_vars = self.module.apply(
+            logits, new_vars = step_module.apply(
                 {**variables, "cache": state.cache},
                 encoded,
                 raw_inputs,
@@ -468,6 +496,7 @@ class DecoderOnlyModel(_TransformerModel):
         label_smoothing: float = 0.0,
         loss_normalizing_factor: Any = None,
         decode_fn: Callable[..., Any] = decoding.temperature_sample,
+        cpu_kernels: bool | str | CpuKernels = "auto",
     ) -> None:
         """Builds the model.
 
@@ -480,6 +509,7 @@ class DecoderOnlyModel(_TransformerModel):
           label_smoothing: probability mass spread over the other classes.
           loss_normalizing_factor: as for ``EncoderDecoderModel``.
           decode_fn: ``t5x.decoding.temperature_sample`` or ``beam_search``.
+          cpu_kernels: as for ``EncoderDecoderModel``.
           module: upstream's keyword: a ``DecoderOnlyTransformer`` instead of ``config``.
           optimizer_def: as for ``EncoderDecoderModel``.
         """
@@ -487,6 +517,7 @@ class DecoderOnlyModel(_TransformerModel):
         super().__init__(z_loss, label_smoothing, loss_normalizing_factor, decode_fn)
         self.config = network.config
         self.module = network
+        self.cpu_kernels = cpu_kernels
         self.optimizer_def = optimizer_def
         self.vocabulary = vocabulary
         self.output_vocabulary = vocabulary
@@ -639,10 +670,10 @@ class DecoderOnlyModel(_TransformerModel):
             batch["decoder_causal_attention"], jnp.int32
         )
         rows = num_decodes if decoder_params is None else decoder_params.get("num_decodes", num_decodes)
-        variables = self._step_variables(params, inputs.shape[0] * rows)
+        step_module, variables = self._step(params, inputs.shape[0] * rows)
 
         def tokens_to_logits(state: Any) -> tuple[jax.Array, PyTree]:
-            logits, new_vars = self.module.apply(
+            logits, new_vars = step_module.apply(
                 {**variables, "cache": state.cache},
                 state.cur_token,
                 state.cur_token,

@@ -40,7 +40,7 @@ def _causal_relpos_bias(cfg: Any, length: int, decode: bool) -> jax.Array | Rela
     return relpos.lazy(length, length, False) if decode else relpos(length, length, False)
 
 
-def _attention(cfg: Any, name: str) -> MultiHeadDotProductAttention:
+def _attention(cfg: Any, name: str, step_kernels: str = "xla") -> MultiHeadDotProductAttention:
     return MultiHeadDotProductAttention(
         num_heads=cfg.num_heads,
         head_dim=cfg.head_dim,
@@ -49,11 +49,12 @@ def _attention(cfg: Any, name: str) -> MultiHeadDotProductAttention:
         dropout_rate=cfg.dropout_rate,
         float32_logits=cfg.float32_attention_logits,
         joined_kernel=not cfg.scan_layers,
+        step_kernels=step_kernels,
         name=name,
     )
 
 
-def _mlp(cfg: Any) -> MlpBlock:
+def _mlp(cfg: Any, step_kernels: str = "xla") -> MlpBlock:
     return MlpBlock(
         intermediate_dim=cfg.mlp_dim,
         activations=cfg.mlp_activations,
@@ -61,6 +62,7 @@ def _mlp(cfg: Any) -> MlpBlock:
         dtype=cfg.dtype,
         matmul_dtype=cfg.matmul_dtype,
         joined_kernel=not cfg.scan_layers,
+        step_kernels=step_kernels,
         name="mlp",
     )
 
@@ -97,10 +99,14 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Causal self-attention, optional cross-attention to ``encoded``, and MLP."""
+    """Causal self-attention, optional cross-attention to ``encoded``, and MLP.
+
+    ``step_kernels`` is how a decoding step multiplies (see ``MultiHeadDotProductAttention``).
+    """
 
     config: Any
     cross_attention: bool = True
+    step_kernels: str = "xla"
 
     @nn.compact
     def __call__(
@@ -123,7 +129,7 @@ class DecoderLayer(nn.Module):
             bias = _causal_relpos_bias(cfg, length, decode)
         inputs = constrain(inputs, _BLC)
         x = LayerNorm(dtype=cfg.dtype, name="pre_self_attention_layer_norm")(inputs)
-        x = _attention(cfg, "self_attention")(
+        x = _attention(cfg, "self_attention", self.step_kernels)(
             x,
             x,
             decoder_mask,
@@ -137,12 +143,12 @@ class DecoderLayer(nn.Module):
         if self.cross_attention:
             assert encoded is not None, "a decoder with cross-attention needs the encoder's output"
             y = LayerNorm(dtype=cfg.dtype, name="pre_cross_attention_layer_norm")(x)
-            y = _attention(cfg, "encoder_decoder_attention")(
+            y = _attention(cfg, "encoder_decoder_attention", self.step_kernels)(
                 y, encoded, encoder_decoder_mask, deterministic=deterministic
             )
             x = constrain(_dropout(cfg, y, deterministic) + x, _BLC)
         z = LayerNorm(dtype=cfg.dtype, name="pre_mlp_layer_norm")(x)
-        z = _mlp(cfg)(z, deterministic=deterministic)
+        z = _mlp(cfg, self.step_kernels)(z, deterministic=deterministic)
         z = constrain(_dropout(cfg, z, deterministic) + x, _BLC)
         return (z, None) if cfg.scan_layers else z
 
@@ -223,11 +229,15 @@ class Decoder(nn.Module):
       config: a ``T5Config`` or ``DecoderOnlyConfig``.
       shared_embedding: the token embedder (created here when None).
       cross_attention: whether layers attend to an encoder.
+      step_kernels: how a decoding step multiplies: ``"xla"``, ``"packed"`` (the CPU
+        kernels) or ``"joined"`` (see ``MultiHeadDotProductAttention``); the model
+        chooses it per decode call.
     """
 
     config: Any
     shared_embedding: nn.Module | None = None
     cross_attention: bool = True
+    step_kernels: str = "xla"
 
     @nn.compact
     def __call__(
@@ -275,7 +285,16 @@ class Decoder(nn.Module):
             prefill,
             prefill_lengths,
         )
-        y = run_layers(self, cfg, DecoderLayer, num_layers, y, args, cross_attention=self.cross_attention)
+        y = run_layers(
+            self,
+            cfg,
+            DecoderLayer,
+            num_layers,
+            y,
+            args,
+            cross_attention=self.cross_attention,
+            step_kernels=self.step_kernels,
+        )
         y = LayerNorm(dtype=cfg.dtype, name="decoder_norm")(y)
         y = _dropout(cfg, y, deterministic)
         if cfg.logits_via_embedding:
@@ -287,6 +306,7 @@ class Decoder(nn.Module):
                 matmul_dtype=cfg.matmul_dtype,
                 kernel_axes=("embed", "vocab"),
                 joined_kernel=True,
+                step_kernels=self.step_kernels,
                 name="logits_dense",
             )(y)
         return constrain(logits, ("batch", "length", "vocab"))

@@ -15,10 +15,12 @@ class EncoderDecoderTransformer(nn.Module):
     """T5 encoder-decoder with a shared ``token_embedder``.
 
     Parameters: ``token_embedder/embedding``, ``encoder/...``, ``decoder/...``
-    exactly as upstream t5x names them.
+    exactly as upstream t5x names them. ``step_kernels`` is how the decoder's decoding
+    steps multiply (see ``Decoder``).
     """
 
     config: T5Config
+    step_kernels: str = "xla"
 
     def setup(self) -> None:
         cfg = self.config
@@ -26,7 +28,12 @@ class EncoderDecoderTransformer(nn.Module):
             cfg.vocab_size, cfg.emb_dim, dtype=cfg.dtype, matmul_dtype=cfg.matmul_dtype, name="token_embedder"
         )
         self.encoder = Encoder(config=cfg, shared_embedding=self.token_embedder)
-        self.decoder = Decoder(config=cfg, shared_embedding=self.token_embedder, cross_attention=True)
+        self.decoder = Decoder(
+            config=cfg,
+            shared_embedding=self.token_embedder,
+            cross_attention=True,
+            step_kernels=self.step_kernels,
+        )
 
     def encode(
         self,
@@ -135,13 +142,21 @@ class EncoderDecoderTransformer(nn.Module):
 
 
 class DecoderOnlyTransformer(nn.Module):
-    """Causal or prefix-LM decoder; every parameter lives under ``decoder/``."""
+    """Causal or prefix-LM decoder; every parameter lives under ``decoder/``.
+
+    ``step_kernels`` is how decoding steps multiply (see ``Decoder``).
+    """
 
     config: DecoderOnlyConfig
+    step_kernels: str = "xla"
 
     def setup(self) -> None:
         self.decoder = Decoder(
-            config=self.config, shared_embedding=None, cross_attention=False, name="decoder"
+            config=self.config,
+            shared_embedding=None,
+            cross_attention=False,
+            step_kernels=self.step_kernels,
+            name="decoder",
         )
 
     def __call__(
