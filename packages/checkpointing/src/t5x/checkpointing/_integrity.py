@@ -508,8 +508,11 @@ class ArrayCheck:
         if index is None:
             return tuple(slice(0, n) for n in self.shape)
         out = []
-        for (start, stop), n, c in zip(_normal(index, self.shape), self.shape, self.chunks):
-            out.append(slice(start // c * c, min(n, math.ceil(stop / c) * c)))
+        for s, n, c in zip(index, self.shape, self.chunks):
+            start, stop, step = s.indices(n)
+            if step != 1:
+                start, stop = 0, n
+            out.append(slice(start // c * c, min(n, -(-max(start, stop) // c) * c)))
         return tuple(out)
 
     def boxes(self) -> Iterator[tuple[str, Box]]:
@@ -690,9 +693,9 @@ def check_array(
         zarray = recorded
         source = f"the checksum manifest's record of {zarray_path}"
     try:
-        shape = tuple(int(n) for n in zarray["shape"])
-        chunks = tuple(int(c) for c in zarray["chunks"])
-        if len(chunks) != len(shape) or any(c < 1 for c in chunks):
+        shape = tuple(map(int, zarray["shape"]))
+        chunks = tuple(map(int, zarray["chunks"]))
+        if len(chunks) != len(shape) or (chunks and min(chunks) < 1):
             raise ValueError(f"chunks {chunks} do not fit shape {shape}")
     except (KeyError, TypeError, ValueError) as error:
         raise CheckpointIntegrityError(
@@ -721,7 +724,9 @@ def check_array(
             f"{name}: the checksum manifest has no chunk list for {folder}", name=name, path=folder
         )
     check = ArrayCheck(name, folder, shape, chunks, separator, expected, written=zarray)
-    count = math.prod(math.ceil(n / c) for n, c in zip(shape, chunks))
+    count = 1
+    for n, c in zip(shape, chunks):
+        count *= -(-n // c)
     grid = expected.keys() if count == len(expected) else all_chunk_keys(shape, chunks)
     if count != len(expected) or (count > 1 and set(grid) != set(all_chunk_keys(shape, chunks))):
         raise CheckpointIntegrityError(

@@ -183,7 +183,13 @@ def _place(leaves: dict[_tree.Path, Any], shardings: Mapping[_tree.Path, Any]) -
             and concretes
             and all(s.step == 1 for index in concretes.values() for s in index)
         ):
-            box = _bounding_box(list(concretes.values()), source.shape)
+            shards = list(concretes.values())
+            # One shard (or copies of one, replicated): it is the box; no need to bound several.
+            box = (
+                shards[0]
+                if all(index == shards[0] for index in shards)
+                else _bounding_box(shards, source.shape)
+            )
             whole = source.read_future(box)
         for device, concrete in concretes.items():
             key = tuple((s.start, s.stop, s.step) for s in concrete)
