@@ -12,13 +12,16 @@ Workloads:
           tools/bench_data_pipeline.py: SentencePiece, span corruption, packed 512/114,
           batch 8), built after the first step as in a job. Reports the step's median, the
           pipeline's non-padding tokens/s, and the process's peak resident memory.
+  faults: a jitted 4096^2 float32 program (a product, then elementwise work over its result):
+          page faults and system CPU seconds per call, once the first calls have run. Faults
+          do not depend on what else the machine runs.
   demo:   the built-in demo, `t5x-launch train` with no gin file (a tiny model whose step
           takes milliseconds, so its own pipeline counts), for `--demo-steps` steps without
           the final inference: the trainer's steps/s (median of its log windows after the
           first) and the peak resident memory.
 
 Usage:
-    python tools/bench_launch_defaults.py [--workloads encdec,demo] [--configs glibc,hugetlb,keep,all]
+    python tools/bench_launch_defaults.py [--workloads encdec,demo,faults] [--configs glibc,hugetlb,keep,all]
         [--rounds 3] [--workdir DIR] [--json OUT]
 """
 
@@ -79,22 +82,44 @@ def child_encdec(data_dir: str, spm_model: str, steps: int, batches: int) -> dic
     pipeline_cpu = sum(_cpu_seconds()) - cpu_before
     times = []
     user, system = _cpu_seconds()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(steps):
         start = time.perf_counter()
         params, opt_state, loss = step(params, opt_state, batch)
         loss.block_until_ready()
         times.append(time.perf_counter() - start)
     user_after, system_after = _cpu_seconds()
+    # Page faults do not depend on what else the machine runs: the steadiest of these figures.
+    step_faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / steps
     tokens = pipeline["tokens_per_s"] * pipeline["steady_s"]
     return {
         "step_s": statistics.median(times),
         "step_cpu_s": (user_after - user + system_after - system) / steps,
         "step_sys_s": (system_after - system) / steps,
+        "step_faults": step_faults,
         "first_step_s": first_step,
         "pipeline_tokens_per_s": pipeline["tokens_per_s"],
         # CPU seconds per million tokens, pipeline construction included: steadier than the
         # rate on a machine others load.
         "pipeline_cpu_s_per_mtok": pipeline_cpu / (tokens / 1e6),
+        "peak_rss_gib": _peak_rss_gib(),
+    }
+
+
+def child_faults(calls: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.ones((4096, 4096), jnp.float32)
+    program = jax.jit(lambda x: jnp.tanh(x @ x + 1.0).sum() + jnp.exp(x * 2.0).mean())
+    for _ in range(2):
+        program(x).block_until_ready()
+    before, (_, system) = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, _cpu_seconds()
+    for _ in range(calls):
+        program(x).block_until_ready()
+    return {
+        "faults_per_call": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls,
+        "sys_s_per_call": (_cpu_seconds()[1] - system) / calls,
         "peak_rss_gib": _peak_rss_gib(),
     }
 
@@ -184,6 +209,8 @@ def main() -> int:
     if args.child:
         if args.child == "encdec":
             result = child_encdec(args.data_dir, args.spm_model, args.steps, args.batches)
+        elif args.child == "faults":
+            result = child_faults(10)
         else:
             result = child_demo(args.model_dir, args.demo_steps)
         print(json.dumps(result), flush=True)
