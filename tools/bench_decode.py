@@ -18,7 +18,7 @@ max_new_tokens=64, min_new_tokens=64)` under `torch.inference_mode()` (timing in
 the encoder / prompt pass, as ours does). Ours and the peer's calls alternate one by one;
 the peer's first call (model build excluded) stands in for its compile time. Ours runs with
 t5x-launch's XLA:CPU loop option (`t5x.launch.add_backend_defaults`: decoding loops keep
-XLA's threaded matmuls); its YNNPACK-off flag, kept for the demo's figures, is not applied. On a busy
+XLA's threaded matmuls); YNNPACK stays on (only the demo's gin file turns it off). On a busy
 machine (1-minute load above the CPU count) the peer runs with ``OMP_WAIT_POLICY=PASSIVE``
 (see `Peer`); the JSON records the policy used. The peer runs in the user's own environment,
 or with our glibc malloc settings under ``--peer-malloc ours``.

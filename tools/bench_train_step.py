@@ -22,11 +22,11 @@ parameter-scale multiplier; close to T5X's Adafactor defaults) at learning rate 
 `t5x.training` is developed separately.
 
 XLA keeps its own defaults (YNNPACK on); the process runs with the glibc malloc settings
-`t5x-launch` jobs get (huge pages, freed memory kept; it re-executes itself to set them); the
-peer runs without them, as its users run it (`--peer-malloc ours`: with them too). `t5x-launch`
-turns YNNPACK off for its jobs (`t5x.launch.add_xla_defaults`; float32 steps are as fast
-either way); the bf16 rows need it on (`--xla_cpu_experimental_ynn_fusion_type=individual_dot`
-under `t5x-launch`).
+`t5x-launch` CPU jobs get (huge pages, freed memory kept; it re-executes itself to set them); the
+peer runs without them, as its users run it (`--peer-malloc ours`: with them too). Only the
+built-in demo's gin file turns YNNPACK off (float32 steps are as fast either way); the bf16 rows
+need it on, and get `--xla_cpu_experimental_ynn_fusion_type=individual_dot` under `t5x-launch`
+from `XLA_FLAGS` or a gin file's `XLA_FLAGS` macro.
 
 With `--peer-python` (an interpreter with torch + transformers), the same workloads run in
 Hugging Face `transformers` on PyTorch CPU in a separate process: `T5ForConditionalGeneration`
