@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -158,6 +158,18 @@ def _bounding_box(indices: Sequence[tuple[slice, ...]], shape: tuple[int, ...]) 
     )
 
 
+def _open_together(sources: Iterable[Any]) -> None:
+    """Opens every lazy leaf's TensorStore at once: one open after another waits on each in turn."""
+    opening = [(s, s.open_future()) for s in sources if isinstance(s, _reader.LazyArray)]
+    for source, future in opening:
+        if future is None:
+            continue
+        try:
+            source.set_store(future.result())
+        except Exception as error:
+            raise source.failure("open", error) from error
+
+
 def _place(leaves: dict[_tree.Path, Any], shardings: Mapping[_tree.Path, Any]) -> dict[_tree.Path, Any]:
     """Reads each leaf straight into the device shards its sharding asks for.
 
@@ -165,6 +177,7 @@ def _place(leaves: dict[_tree.Path, Any], shardings: Mapping[_tree.Path, Any]) -
     around all of this process's shards (every chunk read and checked once,
     however many devices share it), and the shards are cut from that.
     """
+    _open_together(source for path, source in leaves.items() if path in shardings)
     plans: list[tuple[_tree.Path, Any, Any, Any]] = []
     for path, source in leaves.items():
         sharding = shardings.get(path)
