@@ -48,7 +48,7 @@ def _network_of(config: Any, module: Any, network_cls: type, config_cls: type, w
     if module is not None:
         if not isinstance(module, network_cls):
             raise TypeError(f"{who}: module must be a {network_cls.__name__}, got {type(module).__name__}")
-        if config is not None and config != module.config:
+        if config is not None and config != getattr(module, "config", None):
             raise ValueError(f"{who}: config and module= disagree; give one of them")
         return module
     if not isinstance(config, config_cls):
