@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 import tensorstore as ts
 
+from t5x.interfaces import unflatten
 from t5x.launch import restart_with_malloc_defaults
 
 VOCAB, EMB, HEADS, HEAD_DIM, MLP, LAYERS = 32128, 512, 8, 64, 1024, 6
@@ -76,17 +77,6 @@ def encdec_s_params() -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _nest(flat: dict[str, object]) -> dict:
-    tree: dict = {}
-    for name, value in flat.items():
-        node = tree
-        *parents, leaf = name.split("/")
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
-    return tree
-
-
 def make_train_state(seed: int = 0) -> dict:
     """ENCDEC-S params + Adafactor slots as device arrays (float32, normal noise)."""
     rng = np.random.default_rng(seed)
@@ -109,8 +99,8 @@ def make_train_state(seed: int = 0) -> dict:
                 "m": one,
             }
     state = {
-        "target": _nest(params),
-        "state": {"step": jnp.asarray(1000, jnp.int32), "param_states": _nest(slots)},
+        "target": unflatten(params),
+        "state": {"step": jnp.asarray(1000, jnp.int32), "param_states": unflatten(slots)},
     }
     jax.block_until_ready(state)
     return state

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from t5x import interfaces
+
 Path = tuple[str, ...]
 
 
@@ -43,13 +45,7 @@ def flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> dict[Pat
 
 def unflatten(flat: Mapping[Path, Any]) -> dict[str, Any]:
     """Inverse of :func:`flatten` (lists come back as dicts keyed ``"0"``, ``"1"``...)."""
-    tree: dict[str, Any] = {}
-    for path, value in flat.items():
-        node = tree
-        for key in path[:-1]:
-            node = node.setdefault(key, {})
-        node[path[-1]] = value
-    return tree
+    return interfaces.unflatten(flat, sep=None)
 
 
 def slash_name(path: Path) -> str:

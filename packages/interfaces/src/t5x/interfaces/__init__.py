@@ -13,6 +13,7 @@ from t5x.interfaces._input_iterator import InputIterator
 from t5x.interfaces._metric_writer import MetricWriter
 from t5x.interfaces._model import Model
 from t5x.interfaces._partitioner import Partitioner
+from t5x.interfaces._paths import unflatten
 from t5x.interfaces._values import (
     ArraySpec,
     DataLayout,
@@ -23,8 +24,8 @@ from t5x.interfaces._values import (
 )
 from t5x.interfaces._vocabulary import Vocabulary
 
-__version__ = "1.0.0"
-INTERFACE_VERSION = (1, 0)
+__version__ = "1.1.0"
+INTERFACE_VERSION = (1, 1)
 
 __all__ = [
     "INTERFACE_VERSION",
@@ -44,4 +45,5 @@ __all__ = [
     "check_contract",
     "contract_members",
     "missing_members",
+    "unflatten",
 ]

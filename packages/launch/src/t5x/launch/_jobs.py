@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from t5x import interfaces
 from t5x.launch._assembly import check_components, check_vocabularies, feature_converter_for, get_provider
 from t5x.launch._configs import CheckpointConfig, DatasetConfig
 from t5x.launch._inference import InferenceReport, inference_metrics
@@ -105,13 +106,9 @@ def _write_model_info(directory: pathlib.Path, initialized: Any) -> None:
 
     from t5x.checkpointing import write_model_info
 
-    axes: dict[str, Any] = {}
-    for path, names in (initialized.params_axes or {}).items():
-        node = axes
-        *parents, leaf = path.split("/")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = tuple(names)
+    axes = interfaces.unflatten(
+        {path: tuple(names) for path, names in (initialized.params_axes or {}).items()}
+    )
     specs = jax.tree.map(lambda sharding: tuple(sharding.spec), initialized.shardings.params)
     if jax.process_index() == 0:
         path = directory / "model-info.txt"

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from t5x.interfaces import unflatten
 from t5x.models._config import T5Config
 
 StatePath = tuple[str, ...]
@@ -137,16 +138,6 @@ def _placeholder_slots(flat: dict[StatePath, Any]) -> None:
             flat.setdefault((*slots, "v"), placeholder)
 
 
-def _nest(flat: Mapping[StatePath, Any]) -> dict[str, Any]:
-    tree: dict[str, Any] = {}
-    for path, value in flat.items():
-        node = tree
-        for key in path[:-1]:
-            node = node.setdefault(key, {})
-        node[path[-1]] = value
-    return tree
-
-
 def mtf_to_t5x_state(variables: Mapping[str, Any]) -> dict[str, Any]:
     """Renames a Mesh TensorFlow T5 checkpoint's variables into a T5X state dict.
 
@@ -182,7 +173,7 @@ def mtf_to_t5x_state(variables: Mapping[str, Any]) -> dict[str, Any]:
     flat = _collapse_shared_relpos(flat)
     _placeholder_slots(flat)
     flat.setdefault(("state", "step"), np.int32(0))
-    tree = _nest(flat)
+    tree = unflatten(flat, sep=None)
     tree["state"].setdefault("param_states", {})
     tree["state"]["step"] = np.asarray(tree["state"]["step"]).astype(np.int32)
     return tree

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from t5x import interfaces
+
 SHAPE_PREFIX = "_sh:"
 RAGGED_PREFIX = "_rl:"
 SPARSE_PREFIX = "_sp:"
@@ -132,14 +134,7 @@ def tfexample_to_dict(example: tf.train.Example | bytes) -> dict[str, Any]:
 
 def unflatten_dict(dct: Mapping[str, Any], delimiter: str = NESTED_DELIMITER) -> dict[str, Any]:
     """``{"a/b": x, "a/c": y}`` -> ``{"a": {"b": x, "c": y}}``."""
-    nested: dict[str, Any] = {}
-    for path, value in dct.items():
-        *parents, last = path.split(delimiter)
-        node = nested
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return nested
+    return interfaces.unflatten(dct, sep=delimiter)
 
 
 def flatten_dict(nested: Mapping[str, Any], delimiter: str = NESTED_DELIMITER) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from t5x.interfaces import PyTree
+from t5x.interfaces import PyTree, unflatten
 from t5x.training._adafactor import Adafactor, AdafactorState
 from t5x.training._axes import flatten_with_paths, path_to_str
 
@@ -124,17 +124,6 @@ def bind_param_axes(
     return optimizer
 
 
-def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
-    nested: dict[str, Any] = {}
-    for path, value in flat.items():
-        node = nested
-        *parents, last = path.split("/")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return nested
-
-
 def _flatten_dict(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in tree.items():
@@ -156,7 +145,7 @@ def opt_state_to_param_states(opt_state: Any) -> dict[str, Any]:
     """
     if isinstance(opt_state, AdafactorState):
         opt_state = opt_state.param_states
-    return _unflatten(flatten_with_paths(opt_state))
+    return unflatten(flatten_with_paths(opt_state))
 
 
 def opt_state_from_param_states(template: Any, param_states: Mapping[str, Any], step: Any) -> Any:
