@@ -101,15 +101,29 @@ class _Tty(io.StringIO):
         return True
 
 
-def test_console_progress_line_on_terminal_only():
+def test_console_plain_lines_when_not_a_terminal():
+    log = io.StringIO()
+    writer = ConsoleWriter(total_steps=100, stream=log)
+    assert writer.active and not writer.live
+    writer.write_scalars(10, {"loss": 2.0, "learning_rate": 0.01, "timing/steps_per_second": 4.0})
+    assert log.getvalue() == "step 10/100 | loss 2.0000 | lr 0.01 | 4 steps/s\n"
+    writer.write_scalars(10, {"eval/synthetic/accuracy": 0.5})  # not a training step: no line
+    writer.write_scalars(20, {"loss": 1.5})
+    writer.close()
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("step 20/100 | loss 1.5000 | ETA ")
+    assert "\r" not in log.getvalue() and "\x1b" not in log.getvalue()
     quiet = io.StringIO()
-    ConsoleWriter(total_steps=100, stream=quiet).write_scalars(1, {"loss": 1.0})
+    ConsoleWriter(stream=quiet, is_primary=False).write_scalars(1, {"loss": 1.0})
     assert quiet.getvalue() == ""
+
+
+def test_console_progress_line_on_terminal():
     tty = _Tty()
     writer = ConsoleWriter(total_steps=100, stream=tty)
     assert writer.format_line(10, {"loss": 2.0}, now=0.0).startswith("step 10/100 | loss 2.0000")
     line = writer.format_line(20, {"loss": 1.5, "timing/tokens_per_second": 12345.0}, now=5.0)
     assert line == "step 20/100 | loss 1.5000 | 12.3k tok/s | ETA 0:00:40"
     writer.write_scalars(30, {"loss": 1.0})
-    assert "step 30/100" in tty.getvalue()
+    assert "step 30/100" in tty.getvalue() and "\n" not in tty.getvalue()
     assert ConsoleWriter(stream=tty, is_primary=False).active is False

@@ -136,7 +136,35 @@ def _train(args: argparse.Namespace, bindings: list[str]) -> int:
             write_config_gin(pathlib.Path(str(macro_value("MODEL_DIR"))))
         raise
     print(f"[t5x-launch] finished at step {result.step}; model folder: {result.model_dir}", flush=True)
+    _print_files_written(result.model_dir)
     return 0
+
+
+def folder_listing(directory: str | os.PathLike[str]) -> str:
+    """What a model or output folder holds, for one log line.
+
+    Checkpoint folders are named as such (``checkpoint_1000/``); the files of
+    any other folder are listed by path (``train/events.out.tfevents...``).
+    """
+    root = pathlib.Path(directory)
+    names: list[str] = []
+    for entry in sorted(root.iterdir()):
+        if entry.is_dir() and not entry.name.startswith("checkpoint_"):
+            files = sorted(p for p in entry.rglob("*") if p.is_file())
+            names.extend(str(p.relative_to(root)) for p in files)
+            if not files:
+                names.append(entry.name + "/")
+        else:
+            names.append(entry.name + ("/" if entry.is_dir() else ""))
+    return ", ".join(names)
+
+
+def _print_files_written(directory: str | os.PathLike[str]) -> None:
+    """The last line of ``train`` and ``eval``: every file in the folder they wrote to."""
+    import jax
+
+    if jax.process_index() == 0 and pathlib.Path(directory).is_dir():
+        print(f"[t5x-launch] files in {directory}: {folder_listing(directory)}", flush=True)
 
 
 def _cmd_eval(args: argparse.Namespace, bindings: list[str]) -> int:
@@ -149,6 +177,7 @@ def _cmd_eval(args: argparse.Namespace, bindings: list[str]) -> int:
         for result in results:
             for report in result.inference:
                 print(f"step {result.step} {report.task}: {report.metrics}")
+        _print_files_written(str(macro_value("EVAL_OUTPUT_DIR")))
         return 0
 
     # A signal stops the whole evaluation (every checkpoint's), with exit code 143 / 130.

@@ -17,7 +17,7 @@ from typing import Any
 from t5x import interfaces
 from t5x.launch._assembly import check_components, check_vocabularies, feature_converter_for, get_provider
 from t5x.launch._configs import CheckpointConfig, DatasetConfig
-from t5x.launch._inference import InferenceReport, inference_metrics
+from t5x.launch._inference import DecodeProgress, InferenceReport, inference_metrics
 from t5x.launch._model_dir_lock import LOCK_NAME, ModelDirInUseError, ModelDirLock, acquire_model_dir_lock
 from t5x.launch._platform import apply_cpu_kernels_override
 from t5x.launch._preemption import Preempted
@@ -95,7 +95,7 @@ def _writers(model_dir: pathlib.Path, total_steps: int | None) -> Any:
         [
             TensorBoardWriter(str(model_dir / "train")),
             JsonlWriter(str(model_dir / "metrics.jsonl")),
-            ConsoleWriter(total_steps=total_steps),
+            ConsoleWriter(total_steps=total_steps, stream=sys.stdout),  # plain lines when not a terminal
         ]
     )
 
@@ -497,7 +497,7 @@ def infer(
         model,
         params,
         partitioner,
-        batches,
+        DecodeProgress(batches, provider.name, verb="decoded" if mode == "predict" else "scored"),
         str(output),
         batch_size=dataset_cfg.batch_size,
         mode=mode,

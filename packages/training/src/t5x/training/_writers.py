@@ -127,10 +127,12 @@ def _compact(value: float) -> str:
 
 
 class ConsoleWriter(_Writer):
-    """A one-line progress display: step, loss, tokens/s and ETA.
+    """Training progress: step, loss, learning rate, tokens/s (or steps/s) and ETA.
 
-    Prints only on process 0 and only when ``stream`` is a terminal (so logs
-    of batch jobs stay clean), rewriting the line in place.
+    Prints only on process 0. On a terminal it is one live line, rewritten in
+    place; when ``stream`` is not a terminal (nohup, SLURM, CI logs) each write
+    of training scalars (those with a ``loss``, once per log period) is one
+    plain, flushed line, so a log shows progress as it goes.
 
     Args:
       total_steps: for the ETA and ``step/total``.
@@ -145,7 +147,8 @@ class ConsoleWriter(_Writer):
         self.total_steps = total_steps
         self.stream = stream if stream is not None else sys.stderr
         isatty = getattr(self.stream, "isatty", None)
-        self.active = _is_primary(is_primary) and bool(isatty and isatty())
+        self.active = _is_primary(is_primary)
+        self.live = self.active and bool(isatty and isatty())
         self._start: tuple[float, int] | None = None
 
     def format_line(self, step: int, scalars: Mapping[str, float], now: float | None = None) -> str:
@@ -156,8 +159,12 @@ class ConsoleWriter(_Writer):
         parts = [f"step {step}" + (f"/{self.total_steps}" if self.total_steps else "")]
         if "loss" in scalars:
             parts.append(f"loss {float(scalars['loss']):.4f}")
+        if "learning_rate" in scalars:
+            parts.append(f"lr {float(scalars['learning_rate']):.3g}")
         if "timing/tokens_per_second" in scalars:
             parts.append(f"{_compact(float(scalars['timing/tokens_per_second']))} tok/s")
+        elif "timing/steps_per_second" in scalars:
+            parts.append(f"{float(scalars['timing/steps_per_second']):.3g} steps/s")
         start_time, start_step = self._start
         if self.total_steps and step > start_step and now > start_time:
             rate = (step - start_step) / (now - start_time)
@@ -169,8 +176,11 @@ class ConsoleWriter(_Writer):
     def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
         self._check_open()
         line = self.format_line(step, scalars)
-        if self.active:
+        if self.live:
             self.stream.write("\r\x1b[2K" + line)
+            self.stream.flush()
+        elif self.active and "loss" in scalars:  # evaluation scalars alone make no progress line
+            self.stream.write(line + "\n")
             self.stream.flush()
 
     def write_texts(self, step: int, texts: Mapping[str, str]) -> None:
@@ -185,7 +195,7 @@ class ConsoleWriter(_Writer):
             self.stream.flush()
 
     def close(self) -> None:
-        if not self._closed and self.active:
+        if not self._closed and self.live:
             self.stream.write("\n")
             self.stream.flush()
         self._closed = True
