@@ -2,7 +2,8 @@
 
 Builds every package's sdist and wheel (the command of noxfile.py's ``wheels``
 session), makes a fresh virtual environment (uv, no Python downloads), installs
-``t5x-launch`` with ``uv pip install --find-links WHEELS`` (the t5x distributions
+``t5x-launch`` and ``t5x-upstream`` (which brings ``t5x-seqio``: together, every
+distribution) with ``uv pip install --find-links WHEELS`` (the t5x distributions
 from those wheels only, third-party ones from the package index), checks that
 every t5x module there is a file of those wheels, then runs a 3-step demo and
 ``t5x-tasks list`` from the environment's own scripts.
@@ -103,7 +104,18 @@ def test_launch_installed_from_wheels_runs_the_demo_and_the_tasks_cli(tmp_path):
     subprocess.run(["uv", "venv", "-q", "-p", python, str(venv)], check=True, env=env, timeout=300)
     venv_python = venv / "bin" / "python"
     install = subprocess.run(
-        ["uv", "pip", "install", "-q", "-p", str(venv_python), "--find-links", str(wheels), "t5x-launch"],
+        [
+            "uv",
+            "pip",
+            "install",
+            "-q",
+            "-p",
+            str(venv_python),
+            "--find-links",
+            str(wheels),
+            "t5x-launch",
+            "t5x-upstream",
+        ],
         env=env,
         capture_output=True,
         text=True,
