@@ -1,8 +1,8 @@
 """No tracked file names a developer machine's paths or a work diary's numbering.
 
 Users get the repository, not the machines it was written on: an absolute path of one
-machine (its home or work folders, its peer interpreters) or "session N" / "notes/sN"
-labels of a measurement diary mean nothing to them. Text files only; the patterns are
+machine (its home or work folders, its peer interpreters) or the numbered entry labels
+of a measurement diary mean nothing to them. Text files only; the patterns are
 spelled in pieces so that this file does not match itself.
 """
 
@@ -83,7 +83,7 @@ def test_the_patterns_catch_what_they_are_for(line, what):
         "one nox session per package",
         "--gin.MODEL_DIR=/tmp/demo",
         "~/.cache/t5x",
-        "gs://bucket/work/x",
+        "gs://bucket/" + "work/x",
     ],
 )
 def test_ordinary_text_passes(line):

@@ -1,0 +1,295 @@
+"""seqio's data sources on the core's: what ``seqio.dataset_providers`` re-exports."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from t5x import tasks as _core
+from t5x.interfaces import ShardInfo
+from t5x.tasks import Feature
+from t5x.tasks import FunctionDataSource as _CoreFunctionDataSource
+from t5x.tasks.seqio_extras import ProtoDataSource as _CoreProtoDataSource
+from t5x.tasks.seqio_extras import (
+    read_seqio_cache,
+    read_stats,
+    shard_files_of,
+)
+
+_BARE = "__seqio_bare_element__"
+
+
+def task_cache_dir(cache_dir: str, task_name: str) -> str:
+    """Where ``t5x-tasks cache`` puts a task inside a cache dir (``/`` in names as ``__``)."""
+    return os.path.join(cache_dir, task_name.replace("/", "__"))
+
+
+def _read_our_cache(
+    task_name: str, split: str, shard_info: Any, shuffle: bool, seed: Any, cache_dir: str
+) -> Any:
+    from t5x.tasks.seqio_extras import read_cached_split
+
+    return read_cached_split(task_name, split, shard_info, shuffle, seed, cache_dirs=[cache_dir])
+
+
+@typing.runtime_checkable
+class DataSourceInterface(typing.Protocol):
+    """What a Task needs of a source (seqio's protocol)."""
+
+    @property
+    def splits(self) -> Sequence[str]: ...
+
+    def num_input_examples(self, split: str) -> int | None: ...
+
+    def list_shards(self, split: str) -> Sequence[str]: ...
+
+    def get_dataset(
+        self, split: str, shuffle: bool = True, seed: int | None = None, shard_info: ShardInfo | None = None
+    ) -> tf.data.Dataset: ...
+
+
+class DataSource(_core.DataSource):
+    """Base of seqio-style sources: ``DataSource(splits, num_input_examples, caching_permitted)``."""
+
+    def __init__(
+        self,
+        splits: Iterable[str],
+        num_input_examples: Mapping[str, int] | None = None,
+        caching_permitted: bool = True,
+    ):
+        self._splits = tuple(splits)
+        self._num_input_examples = dict(num_input_examples) if num_input_examples is not None else None
+        self._caching_permitted = caching_permitted
+
+    @property
+    def caching_permitted(self) -> bool:
+        return self._caching_permitted
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return self._splits
+
+    @property
+    def supports_arbitrary_sharding(self) -> bool:  # type: ignore[override]
+        return False
+
+    @property
+    def output_features(self) -> Mapping[str, Feature]:
+        raise NotImplementedError
+
+    def list_shards(self, split: str) -> list[str]:
+        return [split]
+
+    def num_input_examples(self, split: str) -> int | None:
+        if self._num_input_examples is None:
+            return None
+        return self._num_input_examples.get(split)
+
+
+class FunctionDataSource(_CoreFunctionDataSource):
+    """Examples from ``dataset_fn(split=..., shuffle_files=...[, seed=...])``, as seqio calls it."""
+
+    def __init__(
+        self,
+        dataset_fn: Callable[..., tf.data.Dataset],
+        splits: Iterable[str],
+        num_input_examples: Mapping[str, int] | None = None,
+        caching_permitted: bool = True,
+    ):
+        params = list(inspect.signature(dataset_fn).parameters)
+        if params[:2] != ["split", "shuffle_files"]:
+            raise ValueError(
+                f"FunctionDataSource: dataset_fn must take (split, shuffle_files[, seed]) first, got {params}"
+            )
+        super().__init__(dataset_fn, list(splits), num_input_examples)
+        self._caching_permitted = caching_permitted
+
+    @property
+    def caching_permitted(self) -> bool:
+        return self._caching_permitted
+
+    def get_dataset(
+        self,
+        split: str = "train",
+        shuffle: bool = True,
+        seed: int | None = None,
+        shard_info: ShardInfo | None = None,
+    ) -> tf.data.Dataset:
+        if shard_info and shard_info.num_shards > 1:
+            raise ValueError(
+                "FunctionDataSource cannot shard by itself; shard the dataset it returns instead"
+            )
+        if seed is None:
+            return self._fn(split=split, shuffle_files=shuffle)
+        return self._fn(split=split, shuffle_files=shuffle, seed=seed)
+
+
+class FileDataSource(_core.FileDataSource):
+    """Examples read by ``read_file_fn(path)`` from the files each split's pattern matches.
+
+    Shards by files only (seqio's rule): fewer files than shards is an error
+    here; ``Task.get_dataset`` shards such sources by example instead.
+    """
+
+    def __init__(
+        self,
+        read_file_fn: Callable[[tf.Tensor], tf.data.Dataset],
+        split_to_filepattern: Mapping[str, str | Iterable[str]],
+        num_input_examples: Mapping[str, int] | None = None,
+        caching_permitted: bool = True,
+        file_shuffle_buffer_size: int | None = None,
+        cycle_length: int = 16,
+        block_length: int = 16,
+    ):
+        patterns = {k: v if isinstance(v, str) else list(v) for k, v in split_to_filepattern.items()}
+        super().__init__(read_file_fn, patterns, num_input_examples, cycle_length, block_length)
+        self._split_to_filepattern = patterns
+        self._caching_permitted = caching_permitted
+        self._file_shuffle_buffer_size = file_shuffle_buffer_size
+
+    @property
+    def caching_permitted(self) -> bool:
+        return self._caching_permitted
+
+    def get_dataset(
+        self,
+        split: str = "train",
+        shuffle: bool = True,
+        seed: int | None = None,
+        shard_info: ShardInfo | None = None,
+    ) -> tf.data.Dataset:
+        files = self.list_shards(split)
+        files_ds = tf.data.Dataset.from_tensor_slices(files)
+        if shard_info:
+            if len(files) < shard_info.num_shards:
+                raise ValueError(
+                    f"{type(self).__name__}: split {split!r} has {len(files)} files, too few for "
+                    f"{shard_info.num_shards} shards"
+                )
+            files_ds = files_ds.shard(shard_info.num_shards, shard_info.index)
+        if shuffle:
+            files_ds = files_ds.shuffle(self._file_shuffle_buffer_size or len(files), seed=seed)
+        return files_ds.interleave(
+            self._read_file_fn,
+            cycle_length=self._cycle_length,
+            block_length=self._block_length,
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+
+
+class TextLineDataSource(FileDataSource):
+    """Lines of text files; each example is the line itself (a string scalar), as in seqio."""
+
+    def __init__(
+        self,
+        split_to_filepattern: Mapping[str, str | Iterable[str]],
+        skip_header_lines: int = 0,
+        num_input_examples: Mapping[str, int] | None = None,
+        caching_permitted: bool = True,
+        file_shuffle_buffer_size: int | None = None,
+    ):
+        self._skip_header_lines = skip_header_lines
+
+        def read(path: tf.Tensor) -> tf.data.Dataset:
+            return tf.data.TextLineDataset(path).skip(skip_header_lines)
+
+        super().__init__(
+            read, split_to_filepattern, num_input_examples, caching_permitted, file_shuffle_buffer_size
+        )
+
+
+class TFExampleDataSource(FileDataSource):
+    """``tf.train.Example`` records parsed with ``feature_description`` (VarLen features stay sparse)."""
+
+    def __init__(
+        self,
+        split_to_filepattern: Mapping[str, str | Iterable[str]],
+        feature_description: Mapping[str, Any],
+        reader_cls: Callable[[Any], tf.data.Dataset] = tf.data.TFRecordDataset,
+        num_input_examples: Mapping[str, int] | None = None,
+        caching_permitted: bool = True,
+        file_shuffle_buffer_size: int | None = None,
+    ):
+        description = dict(feature_description)
+
+        def parse(*args: Any) -> Any:
+            return tf.io.parse_single_example(args[-1], description)  # some readers yield (key, value)
+
+        def read(path: tf.Tensor) -> tf.data.Dataset:
+            return reader_cls(path).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+
+        super().__init__(
+            read, split_to_filepattern, num_input_examples, caching_permitted, file_shuffle_buffer_size
+        )
+
+
+class ProtoDataSource(_CoreProtoDataSource):
+    """Records of any proto, decoded by ``decode_proto_fn``."""
+
+
+class TfdsDataSource(_core.TfdsDataSource):
+    """A TFDS dataset (``"name/config:version"``), with seqio's ``caching_permitted`` and ``decoders``.
+
+    ``decoders`` is accepted for signature compatibility and not passed to TFDS.
+    """
+
+    def __init__(
+        self,
+        tfds_name: str,
+        tfds_data_dir: str | None = None,
+        splits: Any = None,
+        caching_permitted: bool = True,
+        decoders: Any = None,
+    ):
+        super().__init__(tfds_name, tfds_data_dir=tfds_data_dir, splits=splits)
+        self._caching_permitted = caching_permitted
+        self._decoders = decoders
+
+    @property
+    def caching_permitted(self) -> bool:
+        return self._caching_permitted
+
+
+class _CachedDataSource(_core.DataSource):
+    """A task's offline cache (seqio's layout or ours), sharded by files or examples."""
+
+    supports_arbitrary_sharding = True
+
+    def __init__(self, task_name: str, task_dir: str, split: str, seqio_layout: bool):
+        self._task_name, self._task_dir, self._split, self._seqio = task_name, task_dir, split, seqio_layout
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return (self._split,)
+
+    def list_shards(self, split: str) -> list[str]:
+        return shard_files_of(self._task_dir, split) if self._seqio else [split]
+
+    def num_input_examples(self, split: str) -> int | None:
+        return read_stats(self._task_dir, split).get("examples")
+
+    def get_dataset(self, split="train", shuffle=True, seed=None, shard_info=None) -> tf.data.Dataset:
+        if self._seqio:
+            return read_seqio_cache(self._task_dir, split, shard_info, shuffle, seed)
+        parent = os.path.dirname(self._task_dir)
+        return _read_our_cache(self._task_name, split, shard_info, shuffle, seed, parent)
+
+
+class CacheDatasetPlaceholder(_core.CacheDatasetPlaceholder):
+    """Marks where offline caching happens; never called (seqio raises if it is)."""
+
+    def __init__(self, required: bool = False, file_shuffle_buffer_size: int | None = None):
+        super().__init__(required)
+        self._file_shuffle_buffer_size = file_shuffle_buffer_size
+
+    @property
+    def file_shuffle_buffer_size(self) -> int | None:
+        return self._file_shuffle_buffer_size
+
+    def __call__(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        raise RuntimeError("CacheDatasetPlaceholder should never be called")
