@@ -8,8 +8,10 @@ so the libraries stay free of gin; the jobs here take the built objects.
 
 from t5x.launch._configs import CheckpointConfig, DatasetConfig
 from t5x.launch._errors import ConfigurationError, UserError
+from t5x.launch._eval_job import evaluate
 from t5x.launch._gin_config import GinArgs, GinConfigError, GinExtension, parse_gin, split_gin_flags
-from t5x.launch._jobs import JobResult, evaluate, infer, load_initial_params, train
+from t5x.launch._infer_job import infer
+from t5x.launch._jobs import JobResult, load_initial_params, train
 from t5x.launch._lm_eval_registration import LM_EVAL_MODEL_NAME, register_lm_eval_model
 from t5x.launch._local import run_local
 from t5x.launch._malloc import add_malloc_defaults, restart_with_malloc_defaults, user_environment

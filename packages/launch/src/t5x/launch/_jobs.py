@@ -1,4 +1,4 @@
-"""The jobs behind ``t5x-launch train``, ``eval`` and ``infer``.
+"""The job behind ``t5x-launch train``, and what the eval and infer jobs share with it.
 
 Each job takes its components as arguments (gin fills them in), checks them
 against their contracts, and runs a loop from ``t5x.training``.
@@ -11,13 +11,13 @@ import dataclasses
 import os
 import pathlib
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from t5x import interfaces
 from t5x.launch._assembly import check_components, check_vocabularies, feature_converter_for, get_provider
 from t5x.launch._configs import CheckpointConfig, DatasetConfig
-from t5x.launch._inference import DecodeProgress, InferenceReport, inference_metrics
+from t5x.launch._inference import InferenceReport, inference_metrics
 from t5x.launch._model_dir_lock import LOCK_NAME, ModelDirInUseError, ModelDirLock, acquire_model_dir_lock
 from t5x.launch._platform import apply_cpu_kernels_override
 from t5x.launch._preemption import Preempted
@@ -402,108 +402,3 @@ def _restore_params(
         initialized.shardings.params,
     )
     return params, int(state["state"]["step"])
-
-
-def evaluate(
-    *,
-    model: Any,
-    dataset_cfg: DatasetConfig,
-    checkpoint_path: str,
-    output_dir: str,
-    steps: str | int = "latest",
-    partitioner: Any = None,
-    max_examples: int | None = None,
-    random_seed: int = 0,
-    show_predictions: int = 0,
-) -> list[JobResult]:
-    """Inference evaluation of one, the latest or all checkpoints under ``checkpoint_path``.
-
-    Args:
-      steps: ``"latest"``, ``"all"`` or a step number; ignored when
-        ``checkpoint_path`` is a ``checkpoint_<step>`` folder.
-
-    Returns:
-      One JobResult per evaluated checkpoint.
-    """
-    apply_cpu_kernels_override(model, os.environ)
-    partitioner = _default_partitioner(partitioner)
-    converter = feature_converter_for(model, pack=False)
-    check_components(model=model, partitioner=partitioner, feature_converter=converter)
-    path = pathlib.Path(checkpoint_path)
-    if path.name.startswith("checkpoint_") or steps == "latest":
-        wanted: list[int | None] = [None]
-    elif steps == "all":
-        wanted = sorted(  # type: ignore[assignment]  # list[int] is a fine list[int | None]
-            int(p.name.split("_")[1]) for p in path.glob("checkpoint_*") if p.name.split("_")[1].isdigit()
-        )
-        if not wanted:
-            raise FileNotFoundError(f"no checkpoint_<step> folder in {path}")
-    else:
-        wanted = [int(steps)]
-    results = []
-    writer = _writers(pathlib.Path(output_dir), None)
-    try:
-        for step in wanted:
-            params, restored_step = _restore_params(
-                model, partitioner, converter, dataset_cfg, checkpoint_path, step, random_seed
-            )
-            reports = inference_metrics(
-                model,
-                params,
-                partitioner,
-                dataset_cfg,
-                pathlib.Path(output_dir),
-                step=restored_step,
-                max_examples=max_examples,
-                writer=writer,
-            )
-            _print_inference(reports, show_predictions)
-            results.append(JobResult(step=restored_step, inference=reports, model_dir=output_dir))
-    finally:
-        writer.close()
-    return results
-
-
-def infer(
-    *,
-    model: Any,
-    dataset_cfg: DatasetConfig,
-    checkpoint_path: str,
-    output_dir: str,
-    mode: str = "predict",
-    partitioner: Any = None,
-    random_seed: int = 0,
-    decode_kwargs: Mapping[str, Any] | None = None,
-) -> str:
-    """Predicts or scores every example of a split, writing JSON Lines in input order.
-
-    Returns:
-      The path of the JSON Lines file (``<output_dir>/<task>-<split>-<mode>.jsonl``).
-    """
-    import t5x.training
-
-    apply_cpu_kernels_override(model, os.environ)
-    partitioner = _default_partitioner(partitioner)
-    provider, converter, batches = _iterator(model, dataset_cfg, partitioner, random_seed, train=False)
-    check_components(model=model, partitioner=partitioner, feature_converter=converter, iterator=batches)
-    params, _ = _restore_params(
-        model, partitioner, converter, dataset_cfg, checkpoint_path, None, random_seed
-    )
-    directory = pathlib.Path(output_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    vocabulary = getattr(model, "output_vocabulary", None)
-    output = directory / f"{provider.name}-{dataset_cfg.split}-{mode}.jsonl"
-    return t5x.training.infer(
-        model,
-        params,
-        partitioner,
-        DecodeProgress(batches, provider.name, verb="decoded" if mode == "predict" else "scored"),
-        str(output),
-        batch_size=dataset_cfg.batch_size,
-        mode=mode,
-        decode_fn=(lambda ids: vocabulary.decode([int(i) for i in ids]))
-        if vocabulary is not None and mode == "predict"
-        else None,
-        seed=random_seed,
-        decode_kwargs=decode_kwargs,
-    )
