@@ -4,6 +4,12 @@ Works with any Model, Partitioner, Checkpointer, InputIterator and MetricWriter
 that meet the ``t5x.interfaces`` contracts.
 """
 
+from t5x.training._actions import (
+    ActionMode,
+    EarlyStoppingAction,
+    TerminateOnNanAction,
+    TrainAction,
+)
 from t5x.training._adafactor import (
     HEURISTIC_RULE,
     Adafactor,
@@ -40,6 +46,10 @@ from t5x.training._trainer import SUMMED_METRICS, Trainer, count_tokens, measure
 from t5x.training._writers import ConsoleWriter, JsonlWriter, MultiWriter, TensorBoardWriter
 
 __all__ = [
+    "ActionMode",
+    "EarlyStoppingAction",
+    "TerminateOnNanAction",
+    "TrainAction",
     "HEURISTIC_RULE",
     "SUMMED_METRICS",
     "Adafactor",

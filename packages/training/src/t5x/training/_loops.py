@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import itertools
 import math
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
 from t5x.interfaces import Checkpointer, InputIterator, MetricWriter
+from t5x.training._actions import TRAIN_METRICS_KEY, ActionMode, normalize_actions, run_actions
 from t5x.training._trainer import Trainer
 
 Batch = Mapping[str, np.ndarray]
 EvalSource = Iterable[Batch] | Callable[[], Iterable[Batch]]
+# (step, params) -> task -> metric -> value: decodes and scores (e.g. t5x.launch's inference eval).
+InferenceEval = Callable[[int, Any], Mapping[str, Mapping[str, float]]]
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -94,10 +98,15 @@ class TrainResult:
       step: the train state's step at the end.
       losses: ``{step: loss}`` for each step run here (the state's step before
         the update).
-      stop_reason: ``"completed"``, ``"signal"``, ``"early_stopping"``,
+      stop_reason: ``"completed"``, ``"signal"``, ``"early_stopping"`` (the
+        ``early_stopping`` argument), ``"action"`` (an action asked to stop),
         ``"data_exhausted"`` or ``"already_done"``.
       start_step: the step training started (or resumed) from.
       eval_metrics: the last evaluation's results.
+      inference_metrics: the last inference evaluation's results (task ->
+        metric -> value).
+      stopped_by: the action (its ``str``) that stopped training, with its
+        mode, e.g. ``"TRAIN_EVAL: EarlyStoppingAction(...)"``; else None.
       signal: the number of the SIGTERM / SIGINT received while training ran
         (``signal.SIGTERM``, ...), else None. With ``stop_reason == "signal"``
         it stopped training early (after saving); one that came after the last
@@ -111,6 +120,21 @@ class TrainResult:
     start_step: int
     eval_metrics: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     signal: int | None = None
+    inference_metrics: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    stopped_by: str | None = None
+
+
+@contextlib.contextmanager
+def _manual_gc(gc_period: int) -> Iterator[None]:
+    """With a ``gc_period``, Python's automatic collection is off while inside (as upstream)."""
+    was_enabled = gc.isenabled()
+    if gc_period:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if gc_period and was_enabled:
+            gc.enable()
 
 
 @contextlib.contextmanager
@@ -285,6 +309,11 @@ def train(
     resume: bool = True,
     handle_signals: bool = True,
     on_step: Callable[[int, Mapping[str, float]], None] | None = None,
+    inference_eval: InferenceEval | None = None,
+    actions: Mapping[Any, Sequence[Any]] | None = None,
+    run_eval_before_training: bool = False,
+    checkpoint_steps: Iterable[int] | None = None,
+    gc_period: int = 0,
 ) -> TrainResult:
     """Trains until ``total_steps``, resuming from the latest checkpoint.
 
@@ -306,9 +335,9 @@ def train(
       checkpointer: saves and restores; None for none.
       checkpoint_period: steps between saves (None: only at the end).
       eval_sources: eval datasets for :func:`evaluate`.
-      eval_period: steps between evaluations (None: only at the end, when
-        ``eval_sources`` is given).
-      eval_batches: batches per evaluation and dataset.
+      eval_period: steps between evaluations, teacher-forced and inference
+        (None: only at the end).
+      eval_batches: batches per evaluation and dataset (upstream's ``eval_steps``).
       inference_evaluators: see :func:`evaluate`.
       metric_writer: receives train metrics every ``log_period`` steps (means
         over the period, plus tokens/s, sequences/s and MFU) and eval metrics.
@@ -319,6 +348,17 @@ def train(
         and, in a multi-process job, agree on the step to stop after (one
         barrier of the distributed runtime per step).
       on_step: called with ``(step, metrics)`` after each step.
+      inference_eval: ``(step, params) -> task -> metric -> value``, run with
+        the teacher-forced evaluation (every ``eval_period`` and at the end).
+      actions: ``{mode: [action, ...]}`` (mode an :class:`ActionMode` or its
+        name); an action's ``run(step, metrics_by_task)`` returning True ends
+        training after a save (``stop_reason="action"``). ``TRAIN`` actions
+        run every ``eval_period`` (else ``log_period``) steps with the mean
+        train metrics since their last run under ``"train"``.
+      run_eval_before_training: evaluate (both kinds) once before the first step.
+      checkpoint_steps: further steps to save at, besides every ``checkpoint_period``.
+      gc_period: run ``gc.collect()`` every this many steps, with Python's
+        automatic collection off during training (0: Python's default).
 
     Returns:
       A TrainResult.
@@ -328,6 +368,10 @@ def train(
     """
     if total_steps < 0:
         raise ValueError(f"total_steps must be >= 0, got {total_steps}")
+    if gc_period < 0:
+        raise ValueError(f"gc_period must be >= 0, got {gc_period}")
+    by_mode = normalize_actions(actions)
+    save_steps = {int(s) for s in (checkpoint_steps or ())}
     if resume and checkpointer is not None:
         restore_latest(trainer, checkpointer, train_iter)
     step = start_step = int(trainer.state.step)
@@ -358,20 +402,58 @@ def train(
             metric_writer.write_scalars(step, scalars)
         period_sums, period_steps, period_start = {}, 0, time.perf_counter()
 
+    has_eval = bool(eval_sources or inference_evaluators or inference_eval)
+    evaluated_at: int | None = None
+    action_sums: dict[str, float] = {}
+    action_steps = 0
+
+    def stop_for(mode: ActionMode, metrics_by_task: Mapping[str, Mapping[str, float]]) -> bool:
+        stopper = run_actions(by_mode, mode, step, metrics_by_task)
+        if stopper is not None and result.stopped_by is None:
+            result.stopped_by = f"{mode.name}: {stopper}"
+        return stopper is not None
+
     def run_eval() -> bool:
-        result.eval_metrics = evaluate(
-            trainer,
-            _sources(eval_sources),
-            num_batches=eval_batches,
-            metric_writer=metric_writer,
-            step=step,
-            inference_evaluators=inference_evaluators,
-        )
-        return early_stopping is not None and early_stopping.update(result.eval_metrics)
+        nonlocal evaluated_at
+        evaluated_at = step
+        stop = False
+        if eval_sources or inference_evaluators:
+            result.eval_metrics = evaluate(
+                trainer,
+                _sources(eval_sources),
+                num_batches=eval_batches,
+                metric_writer=metric_writer,
+                step=step,
+                inference_evaluators=inference_evaluators,
+            )
+            if early_stopping is not None and early_stopping.update(result.eval_metrics):
+                stop = True
+                result.stopped_by = result.stopped_by or f"early_stopping: {early_stopping}"
+            stop = stop_for(ActionMode.TRAIN_EVAL, result.eval_metrics) or stop
+        if inference_eval is not None:
+            found = inference_eval(step, trainer.state.params)
+            result.inference_metrics = {task: dict(m) for task, m in found.items()}
+            stop = stop_for(ActionMode.INFER_EVAL, result.inference_metrics) or stop
+        return stop
+
+    def run_train_actions() -> bool:
+        nonlocal action_sums, action_steps
+        means = {k: v / max(1, action_steps) for k, v in action_sums.items()}
+        action_sums, action_steps = {}, 0
+        return stop_for(ActionMode.TRAIN, {TRAIN_METRICS_KEY: means})
+
+    def stop_reason_for_actions() -> str:
+        return "early_stopping" if (result.stopped_by or "").startswith("early_stopping") else "action"
 
     agreement = _SignalAgreement() if handle_signals else None
-    with _stop_on_signals(handle_signals) as flag:
-        while step < total_steps:
+    train_action_period = eval_period or max(1, log_period)
+    with _manual_gc(gc_period), _stop_on_signals(handle_signals) as flag:
+        stop = False
+        if run_eval_before_training and has_eval:
+            stop = run_eval()
+            if stop:
+                result.stop_reason = stop_reason_for_actions()
+        while step < total_steps and not stop:
             try:
                 batch = next(train_iter)
             except StopIteration:
@@ -390,15 +472,20 @@ def train(
             step += 1
             for key, value in host.items():
                 period_sums[key] = period_sums.get(key, 0.0) + value
+                action_sums[key] = action_sums.get(key, 0.0) + value
             period_steps += 1
+            action_steps += 1
             if on_step is not None:
                 on_step(step, host)
             if step % max(1, log_period) == 0:
                 flush_metrics()
-            stop = False
-            if (eval_sources or inference_evaluators) and eval_period and step % eval_period == 0:
-                stop = run_eval()
-            if checkpoint_period and step % checkpoint_period == 0:
+            if gc_period and step % gc_period == 0:
+                gc.collect()
+            if ActionMode.TRAIN in by_mode and step % train_action_period == 0:
+                stop = run_train_actions()
+            if has_eval and eval_period and step % eval_period == 0:
+                stop = run_eval() or stop
+            if (checkpoint_period and step % checkpoint_period == 0) or step in save_steps:
                 save()
             if agreement is not None:
                 result.signal = agreement.check(step, flag["signal"])
@@ -406,15 +493,11 @@ def train(
                 result.stop_reason = "signal"
                 break
             if stop:
-                result.stop_reason = "early_stopping"
+                result.stop_reason = stop_reason_for_actions()
                 break
         flush_metrics()
-        if (
-            eval_sources
-            and result.stop_reason == "completed"
-            and not (eval_period and step % eval_period == 0)
-        ):
-            run_eval()
+        if has_eval and result.stop_reason == "completed" and evaluated_at != step:
+            run_eval()  # the final evaluation; a stop it asks for has nothing left to stop
         save()
         if checkpointer is not None:
             checkpointer.wait_until_finished()
