@@ -281,6 +281,18 @@ class Checkpointer:
                 continue
             _remove_step_dir(step_dir)
 
+    def delete_step(self, step: int) -> None:
+        """Removes the complete checkpoint ``step`` (on process 0; for retention rules of a caller's own).
+
+        Raises:
+          ValueError: the step is pinned (``pin_checkpoint``).
+        """
+        step_dir = self.step_dir(step)
+        if os.path.exists(os.path.join(step_dir, _format.PINNED_FILE)):
+            raise ValueError(f"checkpoint {step_dir} is pinned; unpin it before deleting it")
+        if jax.process_index() == 0:
+            _remove_step_dir(step_dir)
+
     def _newest_valid_hint(self, broken_step: int) -> str:
         """Names the newest checkpoint older than ``broken_step`` whose index and metadata check out."""
         for step in reversed([s for s in self.all_steps() if s < broken_step]):
