@@ -31,7 +31,7 @@ from t5x.launch._xla_flags import add_gin_flags, add_xla_defaults
 DEMO_GIN = "runs/demo.gin"
 # Commands whose process runs XLA programs step after step (the CPU defaults are for them;
 # `local` and `tpu` start such processes, which decide for themselves).
-_XLA_JOBS = frozenset({"train", "eval", "infer", "zero-shot", "lm-eval", "arch-objective-study"})
+_XLA_JOBS = frozenset({"train", "eval", "infer", "export", "zero-shot", "lm-eval", "arch-objective-study"})
 _GIN_HELP = (
     "gin flags: --gin_file=FILE (repeatable; shipped configs such as models/t5_1_1/small.gin are found "
     "by relative path), --gin.NAME=VALUE (e.g. --gin.MODEL_DIR=/tmp/run), --gin_bindings='NAME = VALUE' "
@@ -401,6 +401,75 @@ def _cmd_lm_eval(args: argparse.Namespace, bindings: list[str]) -> int:
     return 0
 
 
+EXPORT_GIN = "runs/export.gin"
+# Macros `export` reads itself (besides MODEL): runs/export.gin defines them, no config refers to them.
+_EXPORT_MACROS = ("CHECKPOINT_PATH", "EXPORT_OUTPUT_DIR", "EXPORT_MODE", "EXPORT_BATCH_SIZE", "XLA_FLAGS")
+
+
+def _export_gin_files(args: argparse.Namespace, bindings: list[str]) -> list[str]:
+    """The model's gin files (the run's config.gin next to CHECKPOINT_PATH when none is given), then export.gin."""
+    if args.gin_file:
+        return [*args.gin_file, EXPORT_GIN]
+    # Only CHECKPOINT_PATH is needed to find config.gin; other bindings may name the model's modules.
+    path_bindings = [
+        b for b in (*_flagged(args.gin_bindings), *bindings) if b.split("=")[0].strip() == "CHECKPOINT_PATH"
+    ]
+    parse_gin(GinArgs((EXPORT_GIN,), tuple(path_bindings), read_macros=_EXPORT_MACROS))
+    import gin
+
+    if macro_value("CHECKPOINT_PATH") is gin.REQUIRED:
+        raise GinConfigError("the macro CHECKPOINT_PATH is required: set it with --gin.CHECKPOINT_PATH=DIR")
+    checkpoint = pathlib.Path(str(macro_value("CHECKPOINT_PATH")))
+    found = next(
+        (c for c in (checkpoint / "config.gin", checkpoint.parent / "config.gin") if c.is_file()), None
+    )
+    if found is None:
+        raise GinConfigError(
+            f"no --gin_file given and no config.gin in {checkpoint} or its parent: pass the model's gin file "
+            "and lengths, e.g. --gin_file=models/demo/tiny.gin --gin.TASK_FEATURE_LENGTHS=\"{'inputs': 32, 'targets': 32}\""
+        )
+    return [str(found), EXPORT_GIN]
+
+
+def _cmd_export(args: argparse.Namespace, bindings: list[str]) -> int:
+    """A SavedModel of the checkpoint for serving (t5x.export.export_saved_model, configured by gin)."""
+    import gin
+
+    import t5x.export
+    from t5x.launch._zero_shot import load_checkpoint_params
+
+    files = _export_gin_files(args, bindings)
+    paths = tuple(p for entry in args.gin_search_paths for p in entry.split(",") if p)
+    parse_gin(GinArgs(tuple(files), (*_flagged(args.gin_bindings), *bindings), paths, _EXPORT_MACROS))
+    check_required_macros()
+    # A run's config.gin binds the model's parameters in the scope of its macro (MODEL/...).
+    with gin.config_scope("MODEL"):
+        model: Any = macro_value("MODEL")
+    if model is gin.REQUIRED:
+        raise GinConfigError(
+            f"the macro MODEL is not set by {files}: pass a model gin file, e.g. --gin_file=models/demo/tiny.gin"
+        )
+    if macro_value("TASK_FEATURE_LENGTHS") is gin.REQUIRED:
+        raise GinConfigError(
+            f"the macro TASK_FEATURE_LENGTHS is not set by {files}: set it, e.g. "
+            "--gin.TASK_FEATURE_LENGTHS=\"{'inputs': 32, 'targets': 32}\""
+        )
+    add_gin_flags(os.environ)
+    checkpoint, output_dir = str(macro_value("CHECKPOINT_PATH")), str(macro_value("EXPORT_OUTPUT_DIR"))
+    try:
+        params = load_checkpoint_params(model, checkpoint)
+        exported = gin.get_configurable(t5x.export.export_saved_model)(model, params, output_dir)
+    except t5x.export.ExportError as error:
+        raise UserError(f"cannot export {checkpoint}: {error}") from error
+    except ValueError as error:
+        raise UserError(f"the checkpoint {checkpoint} does not fit the configured model: {error}") from error
+    write_config_gin(exported.path)
+    imports = f"; import {', '.join(exported.load_imports)} before loading" if exported.load_imports else ""
+    print(f"[t5x-launch] exported a {exported.mode} SavedModel (serving_default){imports}", flush=True)
+    _print_files_written(exported.path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``t5x-launch`` and its subcommands."""
     parser = argparse.ArgumentParser(
@@ -431,6 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
     info = command("model-info", _cmd_model_info, "print the parameters of the gin-configured MODEL")
     info.add_argument("--inputs_length", type=int, default=16, help="inputs length to trace the model with")
     info.add_argument("--targets_length", type=int, default=16, help="targets length to trace the model with")
+    command("export", _cmd_export, "a TensorFlow SavedModel for serving: text in, decoded text out")
 
     inspect = command(
         "inspect-task", _cmd_inspect_task, "print examples of a task (t5x-tasks inspect)", gin_flags=False
