@@ -31,7 +31,9 @@ from t5x.launch._xla_flags import add_gin_flags, add_xla_defaults
 DEMO_GIN = "runs/demo.gin"
 # Commands whose process runs XLA programs step after step (the CPU defaults are for them;
 # `local` and `tpu` start such processes, which decide for themselves).
-_XLA_JOBS = frozenset({"train", "eval", "infer", "export", "zero-shot", "lm-eval", "arch-objective-study"})
+_XLA_JOBS = frozenset(
+    {"train", "precompile", "eval", "infer", "export", "zero-shot", "lm-eval", "arch-objective-study"}
+)
 _GIN_HELP = (
     "gin flags: --gin_file=FILE (repeatable; shipped configs such as models/t5_1_1/small.gin are found "
     "by relative path), --gin.NAME=VALUE (e.g. --gin.MODEL_DIR=/tmp/run), --gin_bindings='NAME = VALUE' "
@@ -55,7 +57,8 @@ def _add_gin_flags(parser: argparse.ArgumentParser) -> None:
 # Macros each command reads itself besides MODEL (its output folder, and XLA_FLAGS: a config's
 # own XLA flags, see t5x.launch._xla_flags).
 _READ_MACROS = {
-    "train": ("MODEL_DIR", "XLA_FLAGS"),
+    "train": ("MODEL_DIR", "XLA_FLAGS", "COMPILATION_CACHE_DIR"),
+    "precompile": ("MODEL_DIR", "XLA_FLAGS", "COMPILATION_CACHE_DIR"),
     "eval": ("EVAL_OUTPUT_DIR", "XLA_FLAGS"),
     "infer": ("INFER_OUTPUT_DIR", "XLA_FLAGS"),
 }
@@ -126,6 +129,7 @@ def _train(args: argparse.Namespace, bindings: list[str]) -> int:
             f"[t5x-launch] demo: training a tiny model on a built-in task into {macro_value('MODEL_DIR')}",
             flush=True,
         )
+    _use_compilation_cache()
     try:
         # An upstream t5x run file binds its own train (t5x-upstream's, through `__main__`).
         result = _run_configured(configured_job("train", t5x.launch.train), "MODEL_DIR")
@@ -137,6 +141,67 @@ def _train(args: argparse.Namespace, bindings: list[str]) -> int:
         raise
     print(f"[t5x-launch] finished at step {result.step}; model folder: {result.model_dir}", flush=True)
     _print_files_written(result.model_dir)
+    return 0
+
+
+def _compilation_cache_dir() -> pathlib.Path | None:
+    """COMPILATION_CACHE_DIR when set, else MODEL_DIR/compilation_cache when precompile made it."""
+    import gin
+
+    from t5x.launch._precompile import default_cache_dir
+
+    configured = macro_value("COMPILATION_CACHE_DIR")
+    if configured is not gin.REQUIRED and configured is not None:
+        return pathlib.Path(str(configured))
+    model_dir = macro_value("MODEL_DIR")
+    if model_dir is gin.REQUIRED or model_dir is None:
+        return None
+    return default_cache_dir(str(model_dir))
+
+
+def _use_compilation_cache() -> None:
+    """Lets train load the programs precompile compiled (JAX's persistent compilation cache)."""
+    from t5x.launch._precompile import enable_compilation_cache
+
+    directory = _compilation_cache_dir()
+    if directory is not None and (directory.is_dir() or macro_value("COMPILATION_CACHE_DIR") is not None):
+        enable_compilation_cache(directory)
+
+
+def _cmd_precompile(args: argparse.Namespace, bindings: list[str]) -> int:
+    """Compiles train's programs into the persistent compilation cache (see t5x.launch._precompile)."""
+    import gin
+
+    import t5x.launch
+    from t5x.launch._precompile import TRAIN_PROGRAMS, cache_entries, precompile
+
+    parse_gin(_gin_args(args, bindings))
+    check_required_macros()
+    job = configured_job("train", t5x.launch.train)
+    if job is not t5x.launch.train:
+        raise GinConfigError(
+            "precompile reads t5x-launch's train config (launch.train); this config binds another train"
+        )
+    directory = _compilation_cache_dir()
+    if directory is None:
+        raise GinConfigError(
+            "precompile needs a cache folder: set --gin.COMPILATION_CACHE_DIR=DIR or --gin.MODEL_DIR=DIR "
+            "(then MODEL_DIR/compilation_cache)"
+        )
+    add_gin_flags(os.environ)  # the config's own XLA flags: they are part of the programs' cache key
+    result = precompile(**{**gin.get_bindings(job), "cache_dir": str(directory)})
+    for name in TRAIN_PROGRAMS:
+        entries = cache_entries(result.cache_dir, name)
+        print(
+            f"[t5x-launch] precompiled {name} in {result.programs[name]:.1f}s for {result.num_devices} "
+            f"device(s): {', '.join(entries) or 'no cache entry (see JAX warnings)'}",
+            flush=True,
+        )
+    print(
+        f"[t5x-launch] {len(result.new_entries)} new entries in {result.cache_dir}; a train with the same "
+        "config and cache folder loads them",
+        flush=True,
+    )
     return 0
 
 
@@ -495,6 +560,11 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     command("train", _cmd_train, "pretrain or fine-tune (no gin file: the built-in demo)")
+    command(
+        "precompile",
+        _cmd_precompile,
+        "compile train's programs ahead of time into JAX's persistent compilation cache (train's gin files)",
+    )
     command("eval", _cmd_eval, "inference evaluation of one, the latest or all checkpoints")
     command("infer", _cmd_infer, "predict or score a split to JSON Lines")
     info = command("model-info", _cmd_model_info, "print the parameters of the gin-configured MODEL")
