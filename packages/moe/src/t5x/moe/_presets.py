@@ -55,11 +55,12 @@ MOE_PRESETS: dict[str, dict[str, Any]] = {
 
 
 def moe_preset(name: str, **overrides: Any) -> MoeT5Config:
-    """The ``MoeT5Config`` of a preset, with fields overridden.
+    """The ``MoeT5Config`` of a preset, with fields overridden (None overrides are ignored).
 
     Raises:
       KeyError: an unknown preset name.
     """
     if name not in MOE_PRESETS:
         raise KeyError(f"unknown MoE preset {name!r}; known: {sorted(MOE_PRESETS)}")
-    return MoeT5Config(**{**_SWITCH, **MOE_PRESETS[name], **overrides})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return MoeT5Config(**{**_SWITCH, **MOE_PRESETS[name], **given})
