@@ -20,16 +20,20 @@ alternating round by round, it times:
   asynchronously, against the full save time.
 
 Throughput is state bytes / wall seconds; the table shows medians. On a shared
-machine the with/without difference is within the noise, so the checksum work
-is also timed directly (the CPU seconds of checksum work in one save and one
-restore: digests, the manifest, the checks; see ``checksum_work``) and shown
-against the median save / restore and against its process CPU time; and the time
-XXH3 alone takes to digest the state's bytes. Each save and restore also records
-the process CPU time (every thread, TensorStore's included), which a loaded
-machine disturbs less than wall time. Usage:
+machine wall times spread widely on both sides, so each save and restore also
+records the process CPU time (every thread, TensorStore's included) and the
+calling thread's CPU time: the checksum work runs on the calling thread, and
+TensorStore's threads do the same work with checksums or without, so the
+calling thread's difference is the steadiest end-to-end figure. Differences are
+given between the medians and as the median of each round's paired difference.
+The checksum work is also timed directly (the CPU seconds of checksum work in
+one save and one restore: digests, the manifest, the checks; see
+``checksum_work``), and the time XXH3 alone takes to digest the state's bytes.
+``--checksums-only`` runs only ours with and without checksums (more rounds per
+minute). Usage:
 
     python tools/bench_checkpoint.py [--repeats 3] [--compression gzip,zstd]
-        [--dir /tmp/x] [--json OUT]
+        [--dir /tmp/x] [--json OUT] [--no-orbax] [--checksums-only]
 """
 
 from __future__ import annotations
@@ -117,10 +121,15 @@ def _timed(fn):
 
 
 def _timed_cpu(fn):
-    """``(wall seconds, process CPU seconds (every thread, TensorStore's included), result)``."""
-    start, cpu = time.perf_counter(), time.process_time()
+    """``(wall s, process CPU s (every thread, TensorStore's included), calling thread's CPU s, result)``.
+
+    The checksum work runs on the calling thread, TensorStore's own work on its
+    threads (the same with checksums or without), so the calling thread's CPU
+    time shows the checksums' cost with less of the other threads' noise.
+    """
+    start, cpu, own = time.perf_counter(), time.process_time(), time.thread_time()
     out = fn()
-    return time.perf_counter() - start, time.process_time() - cpu, out
+    return time.perf_counter() - start, time.process_time() - cpu, time.thread_time() - own, out
 
 
 def ours_save_restore(state, root, step, compression, checksums=True):
@@ -129,12 +138,12 @@ def ours_save_restore(state, root, step, compression, checksums=True):
     ckpt = Checkpointer(root, async_save=False, compression=compression, verify=checksums)
     _integrity.WRITE_CHECKSUMS = checksums
     try:
-        save_s, save_cpu, _ = _timed_cpu(lambda: ckpt.save(step, state))
+        save = _timed_cpu(lambda: ckpt.save(step, state))
     finally:
         _integrity.WRITE_CHECKSUMS = True
     target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
     shardings = jax.tree.map(lambda x: x.sharding, state)
-    restore_s, restore_cpu, restored = _timed_cpu(
+    *restore, restored = _timed_cpu(
         lambda: jax.block_until_ready(ckpt.restore(step, target=target, shardings=shardings).state)
     )
     ok = all(
@@ -142,7 +151,7 @@ def ours_save_restore(state, root, step, compression, checksums=True):
         for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(restored))
     )
     ckpt.close()
-    return (save_s, save_cpu), (restore_s, restore_cpu), ok
+    return save[:3], tuple(restore), ok
 
 
 def ours_async_block(state, root, step, compression):
@@ -278,6 +287,37 @@ def orbax_save_restore(state, root):
     return save_s, restore_s
 
 
+def _paired(results, compression, kind, what) -> tuple[float, float]:
+    """Median of the rounds' (with - without) differences, and of the rounds' relative ones."""
+    with_ = results[f"ours[{compression}] {kind}{what}"]
+    without = results[f"ours[{compression}, no-checksums] {kind}{what}"]
+    return (
+        statistics.median(a - b for a, b in zip(with_, without)),
+        statistics.median((a - b) / b for a, b in zip(with_, without)),
+    )
+
+
+def _cost_line(results, medians, compression, kind) -> str:
+    """What checksums add to a save or restore: wall, process CPU, calling thread's CPU, work inside."""
+    parts = []
+    for what, label in (("", "wall"), (" cpu", "process CPU"), (" thread cpu", "calling thread CPU")):
+        with_s = medians[f"ours[{compression}] {kind}{what}"]
+        without_s = medians[f"ours[{compression}, no-checksums] {kind}{what}"]
+        diff, rel = _paired(results, compression, kind, what)
+        parts.append(
+            f"{label} {with_s:.3f} / {without_s:.3f} s ({100 * (with_s - without_s) / without_s:+.1f}% "
+            f"of medians; paired per round {diff:+.3f} s, {100 * rel:+.1f}%)"
+        )
+    work = medians[f"ours[{compression}] checksum work in {kind}"]
+    cpu_without = medians[f"ours[{compression}, no-checksums] {kind} cpu"]
+    with_s = medians[f"ours[{compression}] {kind}"]
+    return (
+        f"ours[{compression}] {kind}, with / without checksums: " + "; ".join(parts) + f"; checksum work "
+        f"measured inside: {work:.3f} CPU s ({100 * work / with_s:.1f}% of the {kind}'s wall, "
+        f"{100 * work / cpu_without:.1f}% of its process CPU without checksums)"
+    )
+
+
 def main() -> None:
     restart_with_malloc_defaults()  # glibc malloc settings, as under t5x-launch
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -286,13 +326,18 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="scratch folder (default: a new temporary one)")
     parser.add_argument("--no-orbax", action="store_true")
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--checksums-only",
+        action="store_true",
+        help="only ours with and without checksums (no raw TensorStore, Orbax or async runs): more rounds per minute",
+    )
     args = parser.parse_args()
     compressions = args.compression.split(",")
     scratch = tempfile.mkdtemp(dir=args.dir, prefix="bench-ckpt-")
     try:
         import orbax.checkpoint  # noqa: F401
 
-        have_orbax = not args.no_orbax
+        have_orbax = not (args.no_orbax or args.checksums_only)
     except ImportError:
         have_orbax = False
     load_at_start = os.getloadavg()
@@ -315,19 +360,21 @@ def main() -> None:
             # checksums take turns going first.
             for checksums in (True, False) if round_index % 2 == 0 else (False, True):
                 step += 1
-                (save_s, save_cpu), (restore_s, restore_cpu), ok = ours_save_restore(
+                save, restore, ok = ours_save_restore(
                     state, f"{scratch}/ours-{compression}", step, compression, checksums=checksums
                 )
                 assert ok, "restored values differ"
                 label = compression if checksums else f"{compression}, no-checksums"
-                add(f"ours[{label}] save", save_s)
-                add(f"ours[{label}] restore", restore_s)
-                add(f"ours[{label}] save cpu", save_cpu)
-                add(f"ours[{label}] restore cpu", restore_cpu)
+                for kind, (wall, cpu, thread) in (("save", save), ("restore", restore)):
+                    add(f"ours[{label}] {kind}", wall)
+                    add(f"ours[{label}] {kind} cpu", cpu)
+                    add(f"ours[{label}] {kind} thread cpu", thread)
             step += 1
             save_s, restore_s = checksum_work(state, f"{scratch}/ours-{compression}", step, compression)
             add(f"ours[{compression}] checksum work in save", save_s)
             add(f"ours[{compression}] checksum work in restore", restore_s)
+            if args.checksums_only:
+                continue
             raw = f"{scratch}/raw-{compression}-{round_index}"
             save_s, restore_s = raw_ts_save_restore(state, raw, compression)
             shutil.rmtree(raw)
@@ -339,7 +386,7 @@ def main() -> None:
             shutil.rmtree(root)
             add("orbax save", save_s)
             add("orbax restore", restore_s)
-        for compression in compressions:
+        for compression in compressions if not args.checksums_only else ():
             step += 1
             blocked, total = ours_async_block(state, f"{scratch}/async-{compression}", step, compression)
             add(f"ours[{compression}] async blocked", blocked)
@@ -367,22 +414,8 @@ def main() -> None:
     print(f"XXH3 digests of all {mb:.0f} MB alone: {hashing:.3f} s ({mb / hashing / 1e3:.1f} GB/s)")
     for compression in compressions:
         for kind in ("save", "restore"):
-            with_s = medians[f"ours[{compression}] {kind}"]
-            without_s = medians[f"ours[{compression}, no-checksums] {kind}"]
-            work = medians[f"ours[{compression}] checksum work in {kind}"]
-            best_with = min(results[f"ours[{compression}] {kind}"])
-            best_without = min(results[f"ours[{compression}, no-checksums] {kind}"])
-            cpu_with = medians[f"ours[{compression}] {kind} cpu"]
-            cpu_without = medians[f"ours[{compression}, no-checksums] {kind} cpu"]
-            print(
-                f"ours[{compression}] {kind}: {with_s:.3f} s with checksums, {without_s:.3f} s without "
-                f"({100 * (with_s - without_s) / without_s:+.1f}%; best {best_with:.3f} s vs {best_without:.3f} s, "
-                f"{100 * (best_with - best_without) / best_without:+.1f}%); process CPU {cpu_with:.3f} s vs "
-                f"{cpu_without:.3f} s ({100 * (cpu_with - cpu_without) / cpu_without:+.1f}%); checksum work "
-                f"measured inside: {work:.3f} CPU s ({100 * work / with_s:.1f}% of the {kind}, "
-                f"{100 * work / cpu_without:.1f}% of its CPU time)"
-            )
-    for compression in compressions:
+            print(_cost_line(results, medians, compression, kind))
+    for compression in compressions if not args.checksums_only else ():
         blocked = medians[f"ours[{compression}] async blocked"]
         total = medians[f"ours[{compression}] async total"]
         print(

@@ -206,22 +206,27 @@ def test_intact_checkpoint_reads_every_way(pristine, read):
     assert_same_tree(load_t5x_checkpoint(pristine), make_state(step=STEP))
 
 
+def _records(step):
+    """The manifest's array records with each whole .zarray put back, as readers see them."""
+    from t5x.checkpointing import _integrity
+
+    return _integrity.load_manifest(str(step)).arrays
+
+
 def test_manifest_records_every_zarray_exactly_as_written(pristine):
     # The writer reads one .zarray per dtype and derives the others: each must equal its file.
-    import xxhash
-
     step = _step(pristine)
-    arrays = json.loads((step / "checksums.json").read_text())["arrays"]
-    assert len(arrays) == 16 and len({record["zarray"]["dtype"] for record in arrays.values()}) > 1
+    stored = json.loads((step / "checksums.json").read_text())
+    assert stored["version"] == 2
+    arrays = _records(step)
+    dtypes = {record["zarray"]["dtype"] for record in arrays.values()}
+    assert len(arrays) == 16 and len(dtypes) > 1
+    assert len(stored["zarrays"]) == len(dtypes)  # one shared body per dtype, not one per array
     for folder, record in arrays.items():
-        raw = (step / folder / ".zarray").read_bytes()
-        assert record["zarray"] == json.loads(raw), folder
-        assert record["zarray_digest"] == xxhash.xxh3_64_hexdigest(raw), folder
+        assert record["zarray"] == json.loads((step / folder / ".zarray").read_bytes()), folder
 
 
 def test_manifest_reads_every_zarray_when_it_cannot_derive_them(tmp_path, monkeypatch):
-    import xxhash
-
     from t5x.checkpointing import _integrity
 
     read = []
@@ -230,13 +235,63 @@ def test_manifest_reads_every_zarray_when_it_cannot_derive_them(tmp_path, monkey
     monkeypatch.setattr(_integrity, "zarray_text", lambda zarray: b"formatted otherwise")
     Checkpointer(tmp_path, async_save=False).save(1, make_state())
     step = tmp_path / "checkpoint_1"
-    arrays = json.loads((step / "checksums.json").read_text())["arrays"]
+    arrays = _records(step)
     assert len(read) == len(arrays) == 16
     for folder, record in arrays.items():
-        raw = (step / folder / ".zarray").read_bytes()
-        assert record["zarray"] == json.loads(raw)
-        assert record["zarray_digest"] == xxhash.xxh3_64_hexdigest(raw)
+        assert record["zarray"] == json.loads((step / folder / ".zarray").read_bytes())
     assert_same_tree(load_t5x_checkpoint(tmp_path), make_state())
+
+
+def _as_version_1(step):
+    """Rewrites a step's manifest in version 1's form: every array's whole .zarray and its file's digest."""
+    import xxhash
+
+    path = step / "checksums.json"
+    contents = json.loads(path.read_text())
+    arrays = {}
+    for folder, record in _records(step).items():
+        raw = (step / folder / ".zarray").read_bytes()
+        arrays[folder] = {
+            "zarray": record["zarray"],
+            "zarray_digest": xxhash.xxh3_64_hexdigest(raw),
+            "chunks": record["chunks"],
+        }
+    path.write_text(
+        json.dumps({**{k: v for k, v in contents.items() if k != "zarrays"}, "version": 1, "arrays": arrays})
+    )
+
+
+@pytest.mark.parametrize("read", READERS, ids=lambda f: f.__name__)
+def test_version_1_manifest_still_verifies(model_dir, read):
+    _as_version_1(_step(model_dir))
+    read(model_dir)
+    assert_same_tree(load_t5x_checkpoint(model_dir), make_state(step=STEP))
+
+
+@pytest.mark.parametrize("corrupt", [flip_byte, delete_chunk, edit_fill_value], ids=lambda f: f.__name__)
+def test_version_1_manifest_still_catches_damage(model_dir, corrupt):
+    step = _step(model_dir)
+    _as_version_1(step)
+    name, file_name, found = corrupt(step)
+    for read in (restore_into_target, verify):
+        with pytest.raises(CheckpointIntegrityError, match=found) as info:
+            read(model_dir)
+        assert info.value.name == name and str(step / file_name) in str(info.value)
+
+
+def test_damaged_zarray_record_is_refused_naming_the_parameter(model_dir):
+    manifest = _step(model_dir) / "checksums.json"
+    contents = json.loads(manifest.read_text())
+    contents["arrays"][KERNEL]["zarray"] = len(contents["zarrays"])  # no such body
+    manifest.write_text(json.dumps(contents))
+    with pytest.raises(
+        CheckpointIntegrityError, match=f"{KERNEL}: the checksum manifest has no .zarray record"
+    ):
+        load_t5x_checkpoint(model_dir)
+    contents["zarrays"] = {"not": "a list"}
+    manifest.write_text(json.dumps(contents))
+    with pytest.raises(CheckpointIntegrityError, match="'zarrays' must be a list of objects"):
+        load_t5x_checkpoint(model_dir)
 
 
 def test_verification_report(pristine):

@@ -3,13 +3,19 @@
 A save writes ``checkpoint_<step>/checksums.json`` (the *manifest*) next to the
 index, before the folder is renamed into place::
 
-    {"format": "t5x-checkpointing/checksums", "version": 1, "algorithm": "xxh3_64",
+    {"format": "t5x-checkpointing/checksums", "version": 2, "algorithm": "xxh3_64",
      "files": {"checkpoint": {"bytes": 1234, "digest": "0f1e..."},
                "train_ds-000-of-001.json": {...}},
+     "zarrays": [{... a .zarray as TensorStore wrote it, without shape and chunks ...}],
      "arrays": {"target.encoder.layers_0.attention.query.kernel": {
-                   "zarray": {... the .zarray exactly as TensorStore wrote it ...},
-                   "zarray_digest": "...",
+                   "zarray": 0, "shape": [512, 512], "chunk_shape": [512, 512],
                    "chunks": {"0.0": "9a3c...", "0.1": "..."}}}}
+
+An array's ``.zarray`` is ``zarrays[zarray]`` with its ``shape`` and
+``chunk_shape`` as ``shape`` and ``chunks``: the arrays of one dtype share one
+body, so the manifest holds a few ``.zarray`` bodies, not one per array.
+Version 1 (still read) recorded each array's whole ``.zarray`` as ``"zarray":
+{...}`` with ``"zarray_digest"``, the digest of its file, which no reader used.
 
 Arrays are keyed by their folder (the index spec's path); chunks by their grid
 position joined with ``.`` (the file name uses the ``.zarray``'s separator). A
@@ -54,7 +60,7 @@ from t5x.checkpointing._errors import CheckpointIntegrityError
 
 MANIFEST_FILE = "checksums.json"
 MANIFEST_FORMAT = "t5x-checkpointing/checksums"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: .zarray bodies shared between arrays; 1: one whole .zarray per array
 ALGORITHM = "xxh3_64"
 ZARRAY = ".zarray"
 
@@ -223,40 +229,46 @@ class StoredArray:
 
 
 class _Zarrays:
-    """The ``.zarray`` of every array of a step, reading one file per kind of array.
+    """The ``.zarray`` records of a step's arrays, reading one file per kind of array.
 
     TensorStore's ``.zarray`` differs between arrays of one dtype and compressor
-    only in ``shape`` and ``chunks``. The first array of each kind is read, and
-    the others are derived from it when re-formatting it gives back its exact
-    bytes (so every derived one equals its file, digest included); otherwise
-    every file of that kind is read.
+    only in ``shape`` and ``chunks``. The first array of each kind is read; when
+    it is formatted as expected and describes its array, the other arrays of
+    that kind share its body and are not read. Otherwise every file of that kind
+    is read (and bodies are still shared where they are equal).
     """
 
     def __init__(self, step_dir: str) -> None:
         self._step_dir = step_dir
-        self._templates: dict[str, dict[str, Any] | None] = {}
+        self._kinds: dict[str, int | None] = {}  # kind -> its shared body, when the others need no read
+        self._by_text: dict[str, int] = {}
+        self.bodies: list[dict[str, Any]] = []
 
-    def _read(self, array: StoredArray) -> tuple[dict[str, Any], bytes]:
+    def _body_of(self, zarray: Mapping[str, Any]) -> int:
+        body = {key: value for key, value in zarray.items() if key not in ("shape", "chunks")}
+        text = json.dumps(body, sort_keys=True)
+        found = self._by_text.get(text)
+        if found is None:
+            found = self._by_text[text] = len(self.bodies)
+            self.bodies.append(body)
+        return found
+
+    def record(self, array: StoredArray) -> dict[str, Any]:
+        """The manifest's record of one array (without its chunk digests)."""
+        shared = self._kinds.get(array.kind)
+        if shared is not None:
+            return {"zarray": shared, "shape": list(array.shape), "chunk_shape": list(array.chunks)}
         raw = read_zarray(os.path.join(self._step_dir, array.folder))
-        return json.loads(raw), raw
-
-    def get(self, array: StoredArray) -> tuple[dict[str, Any], str]:
-        """``(.zarray contents, digest of its bytes)``."""
-        if array.kind not in self._templates:
-            zarray, raw = self._read(array)
+        zarray = json.loads(raw)
+        body = self._body_of(zarray)
+        if array.kind not in self._kinds:
             exact = (
                 zarray_text(zarray) == raw
                 and zarray.get("shape") == list(array.shape)
                 and zarray.get("chunks") == list(array.chunks)
             )
-            self._templates[array.kind] = zarray if exact else None
-            return zarray, digest_bytes(raw)
-        template = self._templates[array.kind]
-        if template is None:
-            zarray, raw = self._read(array)
-            return zarray, digest_bytes(raw)
-        zarray = {**template, "shape": list(array.shape), "chunks": list(array.chunks)}
-        return zarray, digest_bytes(zarray_text(zarray))
+            self._kinds[array.kind] = body if exact else None
+        return {"zarray": body, "shape": zarray.get("shape"), "chunk_shape": zarray.get("chunks")}
 
 
 def build_manifest(
@@ -282,25 +294,29 @@ def build_manifest(
     zarrays = _Zarrays(step_dir)
     entries: dict[str, Any] = {}
     for array in arrays:
-        zarray, zarray_digest = zarrays.get(array)
+        record = zarrays.record(array)
         known = digests.get(array.folder, {})
-        count = math.prod(math.ceil(n / c) for n, c in zip(array.shape, array.chunks))
+        count = 1
+        for n, c in zip(array.shape, array.chunks):
+            count *= -(-n // c)
         if count == 1 and len(known) == 1:
-            chunks = dict(known)  # one chunk, digested by its writer
+            record["chunks"] = known  # one chunk, digested by its writer
         else:
-            chunks = _all_chunk_digests(step_dir, array, zarray, known, context)
-        entries[array.folder] = {"zarray": zarray, "zarray_digest": zarray_digest, "chunks": chunks}
+            separator = zarrays.bodies[record["zarray"]].get("dimension_separator") or "."
+            record["chunks"] = _all_chunk_digests(step_dir, array, separator, known, context)
+        entries[array.folder] = record
     return {
         "format": MANIFEST_FORMAT,
         "version": MANIFEST_VERSION,
         "algorithm": ALGORITHM,
         "files": {name: {"bytes": len(data), "digest": digest_bytes(data)} for name, data in files.items()},
+        "zarrays": zarrays.bodies,
         "arrays": entries,
     }
 
 
 def _all_chunk_digests(
-    step_dir: str, array: StoredArray, zarray: Mapping[str, Any], known: Mapping[str, str], context: Any
+    step_dir: str, array: StoredArray, separator: str, known: Mapping[str, str], context: Any
 ) -> dict[str, str]:
     """Every chunk's digest: the writers' ones, and those of chunks split between writers read back."""
     chunks: dict[str, str] = {}
@@ -315,7 +331,6 @@ def _all_chunk_digests(
     import tensorstore as ts
 
     folder = os.path.join(step_dir, array.folder)
-    separator = zarray.get("dimension_separator") or "."
     store = ts.open(
         {"driver": "zarr", "kvstore": {"driver": "file", "path": folder + "/"}},
         open=True,
@@ -421,7 +436,38 @@ def load_manifest(step_dir: str) -> Manifest | None:
         raise CheckpointIntegrityError(
             f"the checksum manifest {path} is damaged: no 'files' / 'arrays'", path=path
         )
+    if version >= 2:
+        bodies = value.get("zarrays")
+        if not isinstance(bodies, list) or not all(isinstance(body, dict) for body in bodies):
+            raise CheckpointIntegrityError(
+                f"the checksum manifest {path} is damaged: 'zarrays' must be a list of objects", path=path
+            )
+        arrays = _whole_records(arrays, bodies)
     return Manifest(path=path, files=files, arrays=arrays)
+
+
+def _whole_records(arrays: Mapping[str, Any], bodies: list[dict[str, Any]]) -> dict[str, Any]:
+    """Version-2 records with each array's whole ``.zarray`` put back (as version 1 stored them).
+
+    A record whose body index, shape or chunk shape is unusable gets no
+    ``.zarray``, which the array's check reports, naming the parameter.
+    """
+    out: dict[str, Any] = {}
+    for folder, record in arrays.items():
+        if not isinstance(record, dict):
+            out[folder] = record
+            continue
+        index = record.get("zarray")
+        whole = None
+        if (
+            isinstance(index, int)
+            and 0 <= index < len(bodies)
+            and "shape" in record
+            and "chunk_shape" in record
+        ):
+            whole = {**bodies[index], "shape": record["shape"], "chunks": record["chunk_shape"]}
+        out[folder] = {"zarray": whole, "chunks": record.get("chunks")}
+    return out
 
 
 logger = logging.getLogger("t5x.checkpointing")
@@ -521,8 +567,8 @@ class ArrayCheck:
         for position in itertools.product(*ranges):
             yield chunk_key(position), _chunk_slices(position, self.shape, self.chunks)
 
-    def verify(self, box: Box, data: np.ndarray) -> int:
-        """Checks every chunk inside ``box`` (chunk-aligned) against its digest.
+    def verify(self, box: Box | None, data: np.ndarray) -> int:
+        """Checks every chunk inside ``box`` (chunk-aligned; None: the whole array) against its digest.
 
         Returns:
           The number of chunks checked.
@@ -538,7 +584,7 @@ class ArrayCheck:
             if found != recorded:
                 self._mismatch(only, recorded, found)
             return 1
-        bounds = _normal(box, self.shape)
+        bounds = _normal(self.aligned(None) if box is None else box, self.shape)
         ranges = [
             _grid_range(start, stop, n, c, whole=True)
             for (start, stop), n, c in zip(bounds, self.shape, self.chunks)
@@ -673,35 +719,33 @@ def check_array(
                 )
     if not verify:
         return None
-    zarray_path = os.path.join(folder, ZARRAY)
+    zarray_path = folder + os.sep + ZARRAY
     if ZARRAY not in entries:
         raise CheckpointIntegrityError(
             f"{name}: {zarray_path} is missing (expected the array's zarr metadata)",
             name=name,
             path=zarray_path,
         )
-    zarray: dict[str, Any]
+    zarray: Any
     if record is None:
         zarray = _parse_zarray(name, zarray_path, os.path.join(real, ZARRAY))
-        source = zarray_path
     else:
-        recorded = record.get("zarray")
-        if not isinstance(recorded, dict):
+        zarray = record.get("zarray")
+        if not isinstance(zarray, dict):
             raise CheckpointIntegrityError(
                 f"{name}: the checksum manifest has no .zarray record for {folder}", name=name, path=folder
             )
-        zarray = recorded
-        source = f"the checksum manifest's record of {zarray_path}"
     try:
-        shape = tuple(map(int, zarray["shape"]))
-        chunks = tuple(map(int, zarray["chunks"]))
+        shape = tuple([int(n) for n in zarray["shape"]])
+        chunks = tuple([int(c) for c in zarray["chunks"]])
         if len(chunks) != len(shape) or (chunks and min(chunks) < 1):
             raise ValueError(f"chunks {chunks} do not fit shape {shape}")
     except (KeyError, TypeError, ValueError) as error:
+        source = zarray_path if record is None else f"the checksum manifest's record of {zarray_path}"
         raise CheckpointIntegrityError(
             f"{name}: {source} has no valid shape / chunks: {error}", name=name, path=zarray_path
         ) from error
-    if index_shape is not None and tuple(index_shape) != shape:
+    if index_shape is not None and index_shape != shape and tuple(index_shape) != shape:
         raise CheckpointIntegrityError(
             f"{name}: shape mismatch between the index and {zarray_path}: the index expects "
             f"{tuple(index_shape)}, the array has {shape}",

@@ -259,8 +259,7 @@ class _Checked:
             raise source.failure("read", error) from error
         check = source._check
         if check is not None and check.expected is not None:
-            box = self._box if self._box is not None else check.aligned(None)
-            check.verify(box, data)
+            check.verify(self._box, data)
         return data if self._inner is None else data[self._inner]
 
 
