@@ -208,6 +208,32 @@ def beam(session: nox.Session) -> None:
     )
 
 
+@nox.session(name="export-tf", python=PYTHON)
+def export_tf(session: nox.Session) -> None:
+    """t5x-export's SavedModels loaded by plain TensorFlow, in an environment without JAX.
+
+    A writer environment (t5x-export and its siblings, so JAX) writes the SavedModels and
+    the JAX model's outputs; this session's own environment holds TensorFlow,
+    tensorflow-text (which pins that same TensorFlow), NumPy and pytest only, and checks
+    the served outputs against them.
+    """
+    writer = ROOT / ".nox" / "export-writer"
+    if not (writer / "bin" / "python").exists():
+        session.run("uv", "venv", "-q", "-p", PYTHON, str(writer), external=True)
+    export = PACKAGES_DIR / "export"
+    siblings = sorted(str(f) for f in _local_requirements(export) if f != export)
+    writer_python = str(writer / "bin" / "python")
+    install = ["uv", "pip", "install", "-q", "-p", writer_python]
+    session.run(*install, *siblings, f"{export}[sentencepiece]", external=True)
+    exports = pathlib.Path(session.create_tmp()).resolve() / "exports"
+    shutil.rmtree(exports, ignore_errors=True)
+    tests = PACKAGES_DIR / "export" / "tests_tf"
+    session.run(writer_python, str(tests / "write_exports.py"), str(exports), external=True)
+    session.install("tensorflow>=2.16", "tensorflow-text>=2.16", "numpy>=1.26", "pytest>=8")
+    env = {"T5X_EXPORT_DIR": str(exports)}
+    session.run("pytest", str(tests / "test_load.py"), "-p", "no:cacheprovider", *session.posargs, env=env)
+
+
 def wheel_build_command(folder: pathlib.Path, out_dir: pathlib.Path, python: str = PYTHON) -> list[str]:
     """The PEP 517 build of one package: its sdist, then its wheel from that sdist, into ``out_dir``.
 

@@ -88,29 +88,21 @@ def test_score_mode_with_constants(byte_model, tmp_path):
     assert not _saved_variables(exported.path)  # folded into the graph
 
 
-def test_beam_search_inside_the_graph(tiny_model, tmp_path):
-    from t5x.vocabularies import ByteVocabulary
-
-    model, params = tiny_model(ByteVocabulary(), decode_fn=decoding.beam_search)
-    texts = ["9 8 7", "beam"]
-    exported = export_saved_model(
-        model, params, tmp_path / "beam", task_feature_lengths={"inputs": 6, "targets": 4}, num_decodes=2,
-        reference_inputs=texts,
-    )  # fmt: skip
-    served = _serve(exported.path, texts)
-    assert [t.decode() for t in served["output_0"]] == exported.reference["output_0"]
-    np.testing.assert_allclose(served["output_1"], exported.reference["output_1"], rtol=1e-5, atol=1e-4)
-
-
-def test_sentencepiece_tokenizes_in_the_graph(tiny_model, spm_vocabulary, tmp_path):
-    model, params = tiny_model(spm_vocabulary)
+def test_sentencepiece_and_beam_search_inside_the_graph(tiny_model, spm_vocabulary, tmp_path):
+    model, params = tiny_model(spm_vocabulary, decode_fn=decoding.beam_search)
     texts = ["the quick brown fox", "seven birds sing near the river", "unknown ÿ glyphs"]
     exported = export_saved_model(
-        model, params, tmp_path / "spm", task_feature_lengths=LENGTHS, reference_inputs=texts
+        model,
+        params,
+        tmp_path / "spm",
+        task_feature_lengths={"inputs": 8, "targets": 5},
+        num_decodes=2,
+        reference_inputs=texts,
     )
     assert exported.load_imports == ("tensorflow_text",)
     served = _serve(exported.path, texts)
     assert [t.decode() for t in served["output_0"]] == exported.reference["output_0"]
+    np.testing.assert_allclose(served["output_1"], exported.reference["output_1"], rtol=1e-5, atol=1e-4)
 
 
 def test_sentencepiece_graph_tokens_equal_python_tokens(spm_vocabulary):
