@@ -180,7 +180,9 @@ def bench_train_step(
                 load,
             )
         )
-    return rows
+    from bench_moe import moe_train_step_rows  # ENCDEC-S's Switch-style MoE twin, next to its dense twin
+
+    return rows + moe_train_step_rows(_run_tool, _row, quick, load, log, timeout)
 
 
 def bench_data(workload: str, peer: str | None, quick: bool, load, log, timeout) -> list[Row]:
