@@ -31,7 +31,10 @@ UNSUPPORTED: dict[str, str] = {
     "t5x.losses": "the model's z_loss, label_smoothing and loss_normalizing_factor keywords",
     "t5x.state_utils": "t5x-launch convert for checkpoint surgery",
     "export_lib": "nothing: model export (t5x/export.py) is not supported",
-    "t5x.contrib": "nothing: upstream's contrib packages (MoE, GPU recipes, ...) are not supported",
+    "t5x.contrib": (
+        "nothing: upstream's contrib packages (GPU recipes, ...) are not supported; for contrib/moe, t5x-moe "
+        "(t5x.moe) with t5x-launch's models/moe/ gin files (upstream's flaxformer MoE gin files do not run)"
+    ),
     "t5x.export_lib": "nothing: model export is not supported",
     "t5x.interactive_model": "t5x-launch infer / t5x.training.infer",
     "t5x.precompile": "nothing: compilation happens at the first step",
