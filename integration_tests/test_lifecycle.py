@@ -122,7 +122,7 @@ def test_pretrain_resume_eval_infer(pretrained):
         tmp,
     )
     assert result.returncode == 0, result.stderr[-5000:]
-    outputs = sorted(infer_dir.glob("*.jsonl"))
+    outputs = sorted(infer_dir.glob("*.jsonl-00000-of-00001"))
     assert len(outputs) == 1, list(infer_dir.iterdir())
     lines = outputs[0].read_text().splitlines()
     records = [json.loads(line) for line in lines]

@@ -85,7 +85,7 @@ def test_upstream_gin_files_train_evaluate_and_infer(tmp_path):
     )  # fmt: skip
     rows = [
         json.loads(line)
-        for line in (tmp_path / "infer" / f"{TASK}-test-predict.jsonl").read_text().splitlines()
+        for line in (tmp_path / "infer" / f"{TASK}-predict.jsonl-00000-of-00001").read_text().splitlines()
     ]
     assert [row["index"] for row in rows] == list(range(8))
     assert all(isinstance(row["prediction"], str) for row in rows)

@@ -92,10 +92,11 @@ def test_infer_writes_json_lines_in_order(trained, tmp_path):
         ]
     )
     assert code == 0
-    output = tmp_path / "synthetic_copy-validation-predict.jsonl"
+    output = tmp_path / "synthetic_copy-predict.jsonl-00000-of-00001"
     rows = [json.loads(line) for line in output.read_text().splitlines()]
     assert [row["index"] for row in rows] == list(range(500))
     assert all(isinstance(row["prediction"], str) for row in rows)
+    assert all(set(row["inputs"]) == {"inputs_pretokenized", "targets_pretokenized"} for row in rows)
     assert pathlib.Path(f"{output}.COMPLETED").exists()
 
 

@@ -255,11 +255,25 @@ def _cmd_infer(args: argparse.Namespace, bindings: list[str]) -> int:
 
     def run() -> int:
         parse_gin(_gin_args(args, bindings))
-        path = _run_configured(configured_job("infer", t5x.launch.infer), "INFER_OUTPUT_DIR")
-        print(f"[t5x-launch] wrote {path}")
+        paths = _run_configured(configured_job("infer", t5x.launch.infer), "INFER_OUTPUT_DIR")
+        _print_infer_files(
+            paths if isinstance(paths, list) else [paths], str(macro_value("INFER_OUTPUT_DIR"))
+        )
         return 0
 
     return run_stoppable(run, hint="run the same command to resume (written chunks are kept)")
+
+
+def _print_infer_files(paths: list[str], output_dir: str) -> None:
+    """The last line of ``infer``: the files this job wrote (other shards' files are theirs)."""
+    import jax
+
+    if jax.process_index() != 0:
+        return
+    names = [p for path in paths for p in (path, f"{path}.COMPLETED") if os.path.exists(p)]
+    config = pathlib.Path(output_dir) / "config.gin"
+    names += [str(config)] if config.exists() else []
+    print(f"[t5x-launch] wrote {', '.join(names)}", flush=True)
 
 
 def _cmd_inspect_task(args: argparse.Namespace, _: list[str]) -> int:

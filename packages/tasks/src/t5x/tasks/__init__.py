@@ -9,7 +9,9 @@ built-in demo tasks live in ``t5x.tasks.builtin`` and are registered by
 
 from typing import Any
 
+from t5x.tasks._adhoc import ADHOC_SPLIT, adhoc_task
 from t5x.tasks._evaluator import Evaluator
+from t5x.tasks._example_batches import EXAMPLE_FIELD, ExampleBatches
 from t5x.tasks._feature import Feature
 from t5x.tasks._iterator import BatchIterator, get_input_iterator
 from t5x.tasks._loggers import JSONLogger, Logger, PyLoggingLogger, TensorBoardLogger
@@ -107,6 +109,10 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ADHOC_SPLIT",
+    "adhoc_task",
+    "EXAMPLE_FIELD",
+    "ExampleBatches",
     "Evaluator",
     "JSONLogger",
     "Logger",

@@ -32,6 +32,10 @@ def _to_json(value: Any) -> Any:
     return array.item() if array.ndim == 0 else array.tolist()
 
 
+def _is_passthrough(value: Any) -> bool:
+    return isinstance(value, np.ndarray) and value.dtype.kind in "OSU"
+
+
 def _pad(batch: Mapping[str, np.ndarray], rows: int) -> tuple[dict[str, np.ndarray], int]:
     have = len(next(iter(batch.values())))
     if have > rows:
@@ -55,18 +59,26 @@ def infer(
     decode_fn: Callable[[np.ndarray], Any] | None = None,
     seed: int = 0,
     decode_kwargs: Mapping[str, Any] | None = None,
+    record_fn: Callable[[int, Mapping[str, Any], Mapping[str, Any]], Mapping[str, Any]] | None = None,
+    name_data_shards: bool = True,
+    compiled_steps: dict[Any, Callable[..., Any]] | None = None,
 ) -> str:
     """Predicts or scores every example, writing JSON Lines in the input order.
 
     Each line is ``{"index": i, "prediction": ..., "score": s}`` (mode
     ``"predict"``; ``prediction`` is the token list, or ``decode_fn`` of it)
     or ``{"index": i, "score": s}`` (mode ``"score"``), ``i`` counting this
-    data shard's examples from 0. Results are written in chunks of
-    ``chunk_batches`` batches, each made visible atomically together with the
-    iterator state after it; a restarted call skips finished chunks (through
-    the iterator's ``set_state`` when it has one). The output file appears
-    atomically at the end, followed by ``<output>.COMPLETED``. With several data
-    shards, each shard's writer adds ``-SSSSS-of-NNNNN`` to the file name.
+    data shard's examples from 0; ``record_fn`` replaces that layout. Results
+    are written in chunks of ``chunk_batches`` batches, each made visible
+    atomically together with the iterator state after it; a restarted call
+    skips finished chunks (through the iterator's ``set_state`` when it has
+    one). The output file appears atomically at the end, followed by
+    ``<output>.COMPLETED``. With several data shards, each shard's writer adds
+    ``-SSSSS-of-NNNNN`` to the file name (unless ``name_data_shards`` is False).
+
+    A batch may carry *passthrough* fields besides the model's features: arrays
+    of dtype object, bytes or str (e.g. each example's text). They are not given
+    to the model; ``record_fn`` receives each row's values.
 
     Args:
       model: predicts (``predict_batch_with_aux``) or scores (``score_batch``).
@@ -81,6 +93,15 @@ def infer(
       decode_fn: turns one prediction row into what is written (e.g. text).
       seed: sampling seed; batch ``b`` uses ``fold_in(PRNGKey(seed), b)``.
       decode_kwargs: passed to ``predict_batch_with_aux``.
+      record_fn: ``fn(index, passthrough_fields, outputs) -> line`` builds each
+        JSON line; ``outputs`` has ``prediction`` (token ids, mode ``"predict"``),
+        ``score`` and, in mode ``"predict"``, ``aux`` (every value
+        ``predict_batch_with_aux`` returned for the row), all numpy.
+      name_data_shards: add the data-shard suffix to ``output_path`` when the
+        partitioner has several data shards (False: the caller's path names it).
+      compiled_steps: a cache of compiled steps shared by calls with the same
+        model, mode and ``decode_kwargs`` (e.g. one per task of a mixture), so
+        that each batch shape compiles once.
 
     Returns:
       The path of the written file.
@@ -91,7 +112,7 @@ def infer(
     if mode not in ("predict", "score"):
         raise ValueError(f"infer mode must be 'predict' or 'score', got {mode!r}")
     layout = partitioner.get_data_layout(batch_size)
-    if layout.num_shards > 1:
+    if layout.num_shards > 1 and name_data_shards:
         output_path = f"{output_path}-{layout.shard_id:05d}-of-{layout.num_shards:05d}"
     if os.path.exists(output_path + COMPLETION_SUFFIX):
         return output_path
@@ -117,10 +138,10 @@ def infer(
     )
     replicated = sharding_for(partitioner, ())
     base_rng = jax.random.PRNGKey(seed)
-    compiled: dict[Any, Callable[..., Any]] = {}
+    compiled = compiled_steps if compiled_steps is not None else {}
 
     def run(global_batch: dict[str, Any], batch_number: int) -> dict[str, Any]:
-        key = tuple(sorted((k, v.shape, str(v.dtype)) for k, v in global_batch.items()))
+        key = (mode, *sorted((k, v.shape, str(v.dtype)) for k, v in global_batch.items()))
         if key not in compiled:
             if mode == "score":
 
@@ -133,7 +154,7 @@ def infer(
                     predictions, aux = model.predict_batch_with_aux(
                         params, batch, rng, **dict(decode_kwargs or {})
                     )
-                    return {"prediction": predictions, "score": aux["scores"]}
+                    return {"prediction": predictions, "score": aux["scores"], "aux": aux}
 
             compiled[key] = partitioner.partition(
                 step,
@@ -157,15 +178,24 @@ def infer(
     part = chunk_start
     batches_in_chunk = 0
     for batch in iterator:
-        padded, real = _pad(batch, rows)
+        passthrough = {k: v for k, v in batch.items() if _is_passthrough(v)}
+        features = {k: v for k, v in batch.items() if k not in passthrough}
+        padded, real = _pad(features, rows)
         outputs = run(partitioner.host_local_to_global(padded), next_batch)
         start = layout.shard_id * rows
         for row in range(real):
-            record: dict[str, Any] = {"index": next_index}
-            if mode == "predict":
-                prediction = np.asarray(outputs["prediction"][start + row])
-                record["prediction"] = decode_fn(prediction) if decode_fn else _to_json(prediction)
-            record["score"] = _to_json(outputs["score"][start + row])
+            picked = jax.tree.map(
+                lambda v, r=start + row: np.asarray(v)[r] if np.ndim(v) else np.asarray(v), outputs
+            )
+            if record_fn is not None:
+                fields = {k: v[row] for k, v in passthrough.items()}
+                record: Any = record_fn(next_index, fields, picked)
+            else:
+                record = {"index": next_index}
+                if mode == "predict":
+                    prediction = picked["prediction"]
+                    record["prediction"] = decode_fn(prediction) if decode_fn else _to_json(prediction)
+                record["score"] = _to_json(picked["score"])
             chunk_lines.append(json.dumps(record) + "\n")
             next_index += 1
         next_batch += 1

@@ -424,19 +424,24 @@ def infer(
     merge_fn: Callable[..., Any] | None = None,
     train_state_initializer_cls: Any = None,
     use_orbax: bool = False,
-) -> str:
+) -> list[str]:
     """Upstream's ``infer.infer`` keywords, run by ``t5x.launch.infer``.
 
-    ``mode`` ``'predict'`` and ``'score'`` are supported (``'predict_with_aux'``
-    writes what ``'predict'`` writes: each prediction with its score).
+    ``mode`` ``'predict'``, ``'predict_with_aux'`` (the same lines: each
+    prediction with its aux values) and ``'score'``; ``shard_id`` /
+    ``num_shards`` split the split between jobs and ``checkpoint_period`` is
+    the number of batches per resumable chunk, as upstream.
+    ``checkpoint_ds_iter`` is accepted: a resumed job skips the examples it
+    wrote either way.
 
     Returns:
-      The JSON Lines file written (``<output_dir>/<task>-<split>-<mode>.jsonl``).
+      The JSON Lines files written, one per task
+      (``<output_dir>/<task>-<mode>.jsonl-SSSSS-of-NNNNN``).
     """
     if mode not in ("predict", "score", "predict_with_aux"):
         raise ConfigurationError(f"infer mode must be 'predict', 'score' or 'predict_with_aux', got {mode!r}")
-    if num_shards != 1 or shard_id != 0:
-        raise _refuse("num_shards / shard_id", (num_shards, shard_id), "infer the whole split in one job")
+    if not merge_chunked_results:
+        raise _refuse("merge_chunked_results", False, "each shard's chunks are always merged into its file")
     for option, value in (
         ("write_fn", write_fn),
         ("merge_fn", merge_fn),
@@ -456,6 +461,9 @@ def infer(
         dataset_cfg=dataset_config(dataset_cfg, who="dataset_cfg", measure=True),
         checkpoint_path=path,
         output_dir=output_dir,
-        mode="score" if mode == "score" else "predict",
+        mode=mode,
         partitioner=partitioner,
+        shard_id=shard_id,
+        num_shards=num_shards,
+        checkpoint_period=checkpoint_period,
     )
