@@ -168,3 +168,29 @@ def test_inference_examples_come_from_the_bound_evaluator():
         assert scripts._evaluator_examples(None) is None
     finally:
         gin.clear_config()
+
+
+@pytest.mark.parametrize(
+    ("mode", "path", "expected"),
+    [
+        ("latest", "/run", [("/run", "latest")]),
+        ("all", "/run", [("/run", "all")]),
+        ("specific", "/run/checkpoint_4", [("/run/checkpoint_4", "latest")]),
+        (
+            "specific",
+            ["/run/checkpoint_2", "/run/checkpoint_4"],
+            [("/run/checkpoint_2", "latest"), ("/run/checkpoint_4", "latest")],
+        ),
+    ],
+)
+def test_evaluate_maps_restore_modes_onto_launch_steps(mode, path, expected, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(
+        scripts.launch, "evaluate", lambda **kwargs: calls.append(kwargs) or [kwargs["steps"]]
+    )
+    restore = utils.RestoreCheckpointConfig(path=path, mode=mode)
+    results = scripts.evaluate(
+        model=None, dataset_cfg=_dataset(), restore_checkpoint_cfg=restore, output_dir=str(tmp_path)
+    )
+    assert [(c["checkpoint_path"], c["steps"]) for c in calls] == expected
+    assert results == [steps for _, steps in expected]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import pathlib
@@ -232,12 +233,31 @@ def _print_files_written(directory: str | os.PathLike[str]) -> None:
         print(f"[t5x-launch] files in {directory}: {folder_listing(directory)}", flush=True)
 
 
+def _reusing_gin_args(
+    args: argparse.Namespace, bindings: list[str], run_file: str, output_macro: str, subdir: str
+) -> GinArgs:
+    """The gin flags of ``eval`` / ``infer``; with no model gin file, the model folder's config.gin first."""
+    from t5x.launch._reuse_config import reuse_training_config
+
+    given = _gin_args(args, bindings)
+    reused = reuse_training_config(
+        args.command, run_file, given.files, given.bindings, output_macro=output_macro, output_subdir=subdir
+    )
+    if reused is None:
+        return given
+    import jax
+
+    if jax.process_index() == 0:
+        print(reused.summary(args.command), flush=True)
+    return dataclasses.replace(given, files=reused.files, bindings=reused.bindings)
+
+
 def _cmd_eval(args: argparse.Namespace, bindings: list[str]) -> int:
     import t5x.launch
     from t5x.launch._preemption import run_stoppable
 
     def run() -> int:
-        parse_gin(_gin_args(args, bindings))
+        parse_gin(_reusing_gin_args(args, bindings, "runs/eval.gin", "EVAL_OUTPUT_DIR", "eval"))
         results = _run_configured(configured_job("eval", t5x.launch.evaluate), "EVAL_OUTPUT_DIR")
         for result in results:
             for report in result.inference:
@@ -254,7 +274,7 @@ def _cmd_infer(args: argparse.Namespace, bindings: list[str]) -> int:
     from t5x.launch._preemption import run_stoppable
 
     def run() -> int:
-        parse_gin(_gin_args(args, bindings))
+        parse_gin(_reusing_gin_args(args, bindings, "runs/infer.gin", "INFER_OUTPUT_DIR", "infer"))
         paths = _run_configured(configured_job("infer", t5x.launch.infer), "INFER_OUTPUT_DIR")
         _print_infer_files(
             paths if isinstance(paths, list) else [paths], str(macro_value("INFER_OUTPUT_DIR"))

@@ -121,6 +121,14 @@ class DecodeProgress:
         self.decoded += 0 if first is None else int(np.shape(first)[0])
         return batch
 
+    def advance_to(self, decoded: int, *, final: bool = False) -> None:
+        """Tells the count when the caller decodes batches itself (not by iterating this object)."""
+        self.decoded = decoded
+        if final and self._done:
+            return
+        self._done = self._done or final
+        self._show(final=final)
+
     def line(self, final: bool = False) -> str:
         count = min(self.decoded, self.total) if self.total is not None else self.decoded
         # A split shorter than ``total`` ends with its own count alone.

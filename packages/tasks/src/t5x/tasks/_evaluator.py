@@ -142,6 +142,7 @@ class Evaluator:
         if not self._tasks:
             _log.warning("Evaluator: no task of %s has split %r and metric_fns", provider.name, eval_split)
         self._cache: dict[str, _TaskData] = {}
+        self.last_inferences: dict[str, dict[str, list]] = {}
 
     @property
     def eval_tasks(self) -> list[Task]:
@@ -214,9 +215,17 @@ class Evaluator:
         return rows
 
     def _run(
-        self, fn: Callable[[Batch], Any], rows: list[dict[str, Any]], name: str, with_aux: bool = False
+        self,
+        fn: Callable[[Batch], Any],
+        rows: list[dict[str, Any]],
+        name: str,
+        with_aux: bool = False,
+        progress: Callable[[int, int], None] | None = None,
     ) -> list:
-        """Calls ``fn`` over padded batches of this host's rows; returns outputs in dataset order."""
+        """Calls ``fn`` over padded batches of this host's rows; returns outputs in dataset order.
+
+        ``progress(rows done, rows)`` is called after each batch, counting this host's real rows.
+        """
         n, shard = len(rows), self._shard_info or ShardInfo(0, 1)
         local = list(range(shard.index, n, shard.num_shards))
         per_host = math.ceil(n / shard.num_shards)
@@ -238,6 +247,8 @@ class Evaluator:
                     "it must return one per row (padding rows included)"
                 )
             pairs.extend((i, o) for i, o in zip(indices, out, strict=True) if i >= 0)
+            if progress is not None:
+                progress(min((b + 1) * self._batch_size, len(local)), len(local))
         if self._gather_fn is not None:
             pairs = list(self._gather_fn(pairs))
         got = sorted(i for i, _ in pairs)
@@ -255,6 +266,7 @@ class Evaluator:
         predict_fn: PredictFn | None = None,
         score_fn: ScoreFn | None = None,
         predict_with_aux_fn: PredictWithAuxFn | None = None,
+        on_batch: Callable[[str, str, int, int], None] | None = None,
     ) -> concurrent.futures.Future | None:
         """Runs the callables over every eval task and (optionally) computes metrics.
 
@@ -268,6 +280,13 @@ class Evaluator:
           predict_with_aux_fn: batch -> (token ids per row, {name: [batch, ...]});
             replaces ``predict_fn`` and passes the aux values to metric
             functions that accept ``aux_values``.
+          on_batch: called as ``on_batch(task name, "predict" or "score",
+            rows done, rows)`` after each call of a callable (for progress
+            lines; rows are this host's, padding left out).
+
+        The postprocessed predictions, scores and aux values of the last call
+        stay in ``last_inferences`` (task name -> ``"predictions"`` /
+        ``"scores"`` / ``"aux_values"`` -> one entry per example).
 
         Returns:
           a Future of ``{task name: {metric: value}}`` computed and logged in a
@@ -281,13 +300,26 @@ class Evaluator:
         for task in self._tasks:
             data = self._data(task)
             inferences: dict[str, list] = {}
+
+            def progress(kind: str, name: str = task.name) -> dict[str, Any]:
+                # Only when asked: subclasses (seqio's) override _run without the keyword.
+                if on_batch is None:
+                    return {}
+                return {"progress": lambda done, total: on_batch(name, kind, done, total)}
+
             if task.predict_metric_fns:
                 if predict_with_aux_fn is not None:
-                    pairs = self._run(predict_with_aux_fn, data.rows, "predict_with_aux_fn", with_aux=True)
+                    pairs = self._run(
+                        predict_with_aux_fn,
+                        data.rows,
+                        "predict_with_aux_fn",
+                        with_aux=True,
+                        **progress("predict"),
+                    )
                     tokens = [p for p, _ in pairs]
                     inferences["aux_values"] = [a for _, a in pairs]
                 elif predict_fn is not None:
-                    tokens = self._run(predict_fn, data.rows, "predict_fn")
+                    tokens = self._run(predict_fn, data.rows, "predict_fn", **progress("predict"))
                 else:
                     raise ValueError(
                         f"Evaluator: task {task.name!r} has prediction metrics but no predict_fn was given"
@@ -304,8 +336,10 @@ class Evaluator:
                     raise ValueError(
                         f"Evaluator: task {task.name!r} has score metrics but no score_fn was given"
                     )
-                inferences["scores"] = [float(s) for s in self._run(score_fn, data.rows, "score_fn")]
+                scores = self._run(score_fn, data.rows, "score_fn", **progress("score"))
+                inferences["scores"] = [float(s) for s in scores]
             outputs[task.name] = inferences
+        self.last_inferences = outputs
         if not compute_metrics:
             return None
         return self._executor.submit(self._compute_and_log, step, outputs)

@@ -81,7 +81,8 @@ class JSONLogger(Logger):
 
     The per-step file holds one line per example with its ``inputs`` and
     ``targets`` (text where the task kept it, ``*_pretokenized``), the
-    postprocessed ``target`` and the ``prediction`` and/or ``score``.
+    postprocessed ``target``, the ``prediction`` and/or ``score``, and each aux
+    value of a prediction as ``aux_<name>`` (``aux_scores``: its log-likelihood).
 
     Args:
       output_dir: the folder (created if needed).
@@ -112,7 +113,9 @@ class JSONLogger(Logger):
                 if "scores" in inferences:
                     record["score"] = to_jsonable(inferences["scores"][i])
                 if "aux_values" in inferences:
-                    record["aux_values"] = to_jsonable(inferences["aux_values"][i])
+                    # seqio's layout: one ``aux_<name>`` field per aux value (e.g. the prediction's score).
+                    for name, value in dict(inferences["aux_values"][i]).items():
+                        record[f"aux_{name}"] = to_jsonable(value)
                 f.write(json.dumps(record, sort_keys=True) + "\n")
 
 

@@ -394,16 +394,35 @@ def evaluate(
         )
     if fallback_init_rng is not None:
         raise _refuse("fallback_init_rng", fallback_init_rng, "every parameter must come from the checkpoint")
-    path, steps = _restore_for_reading(restore_checkpoint_cfg, "RestoreCheckpointConfig")
-    return launch.evaluate(
-        model=model,
-        dataset_cfg=dataset_config(dataset_cfg, who="dataset_cfg", measure=True),
-        checkpoint_path=path,
-        output_dir=output_dir,
-        steps=steps,
-        partitioner=partitioner,
-        max_examples=_evaluator_examples(inference_evaluator_cls),
-    )
+    cfg = dataset_config(dataset_cfg, who="dataset_cfg", measure=True)
+    results: list[JobResult] = []
+    for path, steps in _checkpoints_to_evaluate(restore_checkpoint_cfg):
+        results += launch.evaluate(
+            model=model,
+            dataset_cfg=cfg,
+            checkpoint_path=path,
+            output_dir=output_dir,
+            steps=steps,
+            partitioner=partitioner,
+            max_examples=_evaluator_examples(inference_evaluator_cls),
+        )
+    return results
+
+
+def _checkpoints_to_evaluate(restore: Any) -> list[tuple[str, str]]:
+    """``(checkpoint path, launch's steps)`` per evaluation that upstream's restore config asks for.
+
+    ``mode='specific'`` evaluates each path of ``path`` (a checkpoint_<step> folder each; a model
+    folder gives its latest step), ``'latest'`` a model folder's newest step, and ``'all'`` every
+    step of a model folder (resuming: steps already in the output folder are skipped).
+    """
+    if isinstance(restore, utils.RestoreCheckpointConfig) and restore.mode == "specific":
+        paths = [restore.path] if isinstance(restore.path, str) else list(restore.path or [])
+        if len(paths) > 1:
+            _check_restore(restore, "RestoreCheckpointConfig")
+            return [(str(p), "latest") for p in paths]
+    path, steps = _restore_for_reading(restore, "RestoreCheckpointConfig")
+    return [(path, str(steps))]
 
 
 def infer(
