@@ -371,6 +371,19 @@ def test_changed_recorded_checksum_is_refused(model_dir):
         load_t5x_checkpoint(model_dir)
 
 
+def test_manifest_is_parsed_again_when_its_bytes_change(model_dir):
+    from t5x.checkpointing import _integrity
+
+    step = _step(model_dir)
+    first = _integrity.load_manifest(str(step))
+    assert _integrity.load_manifest(str(step)) is first  # same bytes: parsed once (restore reads it twice)
+    manifest = step / "checksums.json"
+    contents = json.loads(manifest.read_text())
+    contents["arrays"][KERNEL]["chunks"]["3.0"] = "0123456789abcdef"
+    manifest.write_text(json.dumps(contents))
+    assert _integrity.load_manifest(str(step)).arrays[KERNEL]["chunks"]["3.0"] == "0123456789abcdef"
+
+
 def test_changed_input_state_is_refused(model_dir):
     path = _step(model_dir) / "train_ds-000-of-001.json"
     path.write_text(json.dumps({"position": 4}))

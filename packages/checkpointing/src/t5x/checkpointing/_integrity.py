@@ -386,12 +386,17 @@ class Manifest:
             )
 
 
+# The last manifest parsed, with its path and bytes: reused only for identical bytes.
+_last_manifest: tuple[str, bytes, Manifest] | None = None
+
+
 def load_manifest(step_dir: str) -> Manifest | None:
     """The step folder's manifest, or None when it has none (upstream or older checkpoints).
 
     Raises:
       CheckpointIntegrityError: the manifest exists but cannot be used.
     """
+    global _last_manifest
     path = os.path.join(step_dir, MANIFEST_FILE)
     if not os.path.lexists(path):
         return None
@@ -408,6 +413,15 @@ def load_manifest(step_dir: str) -> Manifest | None:
         raise CheckpointIntegrityError(
             f"cannot read the checksum manifest {path}: {error}", path=path
         ) from error
+    last = _last_manifest
+    if last is not None and last[0] == path and last[1] == raw:
+        return last[2]  # the same bytes as last time (a restore reads it for arrays and input state)
+    manifest = _parse_manifest(path, raw)
+    _last_manifest = (path, raw, manifest)
+    return manifest
+
+
+def _parse_manifest(path: str, raw: bytes) -> Manifest:
     try:
         value = json.loads(raw)
         if not isinstance(value, dict):

@@ -191,18 +191,16 @@ def _place(leaves: dict[_tree.Path, Any], shardings: Mapping[_tree.Path, Any]) -
         per_device = {}
         concretes = {device: _concrete(index, source.shape) for device, index in indices.items()}
         box, whole = None, None
+        shards = list(concretes.values())
+        # Several distinct shards of a verified leaf: read their chunk-aligned bounding box once.
+        # One shard (or copies of it) needs no box: its read covers (and checks) whole chunks itself.
         if (
             source.verifies_chunks
-            and concretes
-            and all(s.step == 1 for index in concretes.values() for s in index)
+            and len(shards) > 1
+            and any(index != shards[0] for index in shards)
+            and all(s.step == 1 for index in shards for s in index)
         ):
-            shards = list(concretes.values())
-            # One shard (or copies of one, replicated): it is the box; no need to bound several.
-            box = (
-                shards[0]
-                if all(index == shards[0] for index in shards)
-                else _bounding_box(shards, source.shape)
-            )
+            box = _bounding_box(shards, source.shape)
             whole = source.read_future(box)
         for device, concrete in concretes.items():
             key = tuple((s.start, s.stop, s.step) for s in concrete)
