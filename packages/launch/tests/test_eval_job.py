@@ -248,3 +248,70 @@ def test_a_task_the_checkpoint_cannot_serve_is_named():
     ):
         check_task_fits(None, Task(), {"inputs": 0, "targets": 8}, "ckpt", params)
     check_task_fits(None, Task(), {"inputs": 8, "targets": 8}, "ckpt", params)
+
+
+def test_reuse_reads_a_config_gin_without_running_a_model(tmp_path):
+    from t5x.launch._gin_config import split_gin_flags
+    from t5x.launch._reuse_config import reuse_training_config
+
+    run = tmp_path / "run"
+    (run / "checkpoint_8").mkdir(parents=True)
+    (run / "checkpoint_8" / "checkpoint").write_bytes(b"index")
+    (run / "config.gin").write_text(
+        "MODEL = @models.EncoderDecoderModel()\n"
+        "MIXTURE_OR_TASK_NAME = 'my_task'\n"
+        "TASK_FEATURE_LENGTHS = {'inputs': 64,\n 'targets': 16}\n"  # wrapped by gin's printer
+        "NUM_PARTITIONS = 2\n"
+        "MODEL/models.T5Config.emb_dim = 32\n"
+    )
+    _, flags = split_gin_flags(
+        [f"--gin.CHECKPOINT_PATH={run}/checkpoint_8", "--gin.models.T5Config.emb_dim=8"]
+    )
+    reused = reuse_training_config(
+        "infer", "runs/infer.gin", [], flags, output_macro="INFER_OUTPUT_DIR", output_subdir="infer"
+    )
+    assert reused.model_dir == run and reused.files == (str(run / "config.gin"), "runs/infer.gin")
+    assert reused.carried == {
+        "MIXTURE_OR_TASK_NAME": "'my_task'",
+        "TASK_FEATURE_LENGTHS": "{'inputs': 64, 'targets': 16}",
+        "NUM_PARTITIONS": "2",
+    }
+    # Carried values, the default output folder, the user's flags, and the user's flag again in
+    # config.gin's scope (which would otherwise win over it).
+    assert list(reused.bindings) == [
+        "MIXTURE_OR_TASK_NAME = 'my_task'",
+        "TASK_FEATURE_LENGTHS = {'inputs': 64, 'targets': 16}",
+        "NUM_PARTITIONS = 2",
+        f"INFER_OUTPUT_DIR = {str(run / 'infer')!r}",
+        *flags,
+        "MODEL/models.T5Config.emb_dim = 8",
+    ]
+    assert "reusing the training config" in reused.summary("infer") and "my_task" in reused.summary("infer")
+    # A run that bound its training data without macros; a model gin file given: nothing reused.
+    (run / "config.gin").write_text(
+        "train/launch.DatasetConfig.mixture_or_task_name = 'other'\n"
+        "train/launch.DatasetConfig.task_feature_lengths = {'inputs': 8, 'targets': 8}\n"
+    )
+    reused = reuse_training_config(
+        "eval",
+        "runs/eval.gin",
+        ["runs/eval.gin"],
+        flags,
+        output_macro="EVAL_OUTPUT_DIR",
+        output_subdir="eval",
+    )
+    assert reused.carried == {
+        "MIXTURE_OR_TASK_NAME": "'other'",
+        "TASK_FEATURE_LENGTHS": "{'inputs': 8, 'targets': 8}",
+    }
+    assert (
+        reuse_training_config(
+            "eval",
+            "runs/eval.gin",
+            ["models/t5_1_1/small.gin", "runs/eval.gin"],
+            flags,
+            output_macro="EVAL_OUTPUT_DIR",
+            output_subdir="eval",
+        )
+        is None
+    )
