@@ -1,28 +1,40 @@
 """Upstream t5x's ``t5x.checkpoints`` names that gin files refer to.
 
 ``Checkpointer`` is t5x.checkpointing's (the format is upstream's). Upstream's
-``SaveBestCheckpointer`` is named so that a gin file using it parses, and is
-then refused by the train script with what to use instead.
+``SaveBestCheckpointer`` carries the keywords gin binds for keeping the best
+checkpoint by a metric (read by the train script).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from t5x.checkpointing import Checkpointer, load_t5x_checkpoint
 
 
 class SaveBestCheckpointer(Checkpointer):
-    """Upstream's keep-the-best-by-metric checkpointer: not supported by t5x-launch.
+    """Upstream's keep-the-best-by-metric checkpointer, as a name gin binds keywords to.
 
-    Accepts upstream's keywords so that gin can bind them; t5x-upstream's ``train``
-    refuses a run configured with it (``SaveCheckpointConfig.keep`` keeps the newest).
+    ``utils.SaveCheckpointConfig.checkpointer_cls = @checkpoints.SaveBestCheckpointer``
+    with ``metric_name_to_monitor``, ``metric_mode`` and
+    ``keep_checkpoints_without_metrics`` bound: t5x-upstream's ``train`` reads
+    those bindings into ``t5x.launch.SaveCheckpointConfig`` (the newest ``keep``
+    checkpoints plus the best one are kept). It is never built itself.
     """
+
+    # Upstream's defaults for the keywords gin may bind.
+    DEFAULTS: ClassVar[dict[str, Any]] = {
+        "metric_name_to_monitor": "train/accuracy",
+        "metric_mode": "max",
+        "keep_checkpoints_without_metrics": True,
+        "force_keep_period": None,
+    }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise NotImplementedError(
-            "checkpoints.SaveBestCheckpointer is not supported: t5x-launch keeps the newest "
-            "checkpoints (utils.SaveCheckpointConfig.keep) and every multiple of a step period"
+            "checkpoints.SaveBestCheckpointer is a gin name here: set it as "
+            "utils.SaveCheckpointConfig.checkpointer_cls and t5x-upstream's train keeps the best "
+            "checkpoint by its metric_name_to_monitor"
         )
 
 

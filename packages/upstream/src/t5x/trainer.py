@@ -59,40 +59,51 @@ class WeightMetricsComputer:
 
 
 class BaseAction:
-    """Base of the actions upstream's train script runs after train, eval or infer-eval."""
+    """Base of the actions upstream's train script runs after train, train-eval or infer-eval.
+
+    Subclass it and define ``run(train_state, metrics_by_task) -> bool``
+    (True stops training): t5x-launch's loop passes the train state
+    (``t5x.training.TrainState``) and ``{task: {metric: value}}``, where
+    values are floats (upstream passes clu metrics; ``.value`` is not needed).
+    TRAIN-mode actions find the train metrics under ``"train"``.
+    """
+
+    takes_train_state = True  # t5x.training's loop: call run(train_state, ...), not run(step, ...)
 
     def run(self, train_state: Any, metrics_by_task: Any) -> bool:
         raise NotImplementedError
 
 
 class TerminateOnNanAction(BaseAction):
-    """Stop training when a loss is not finite; t5x-launch's loop always does this.
+    """Stop training when ``task``'s ``metric`` is not finite.
 
     Args:
-      task: the task whose metric is watched (upstream's argument).
+      task: the task (or ``"train"``) whose metric is watched.
       metric: the metric watched.
     """
 
     def __init__(self, task: str, metric: str = "loss") -> None:
+        from t5x.training import TerminateOnNanAction as Impl
+
         self.task = task
         self.metric = metric
+        self._impl = Impl(task=task, metric=metric)
 
     def run(self, train_state: Any, metrics_by_task: Any) -> bool:
-        import math
+        return self._impl.run(0, metrics_by_task)
 
-        value = metrics_by_task.get(self.task, {}).get(self.metric)
-        return value is not None and not math.isfinite(float(getattr(value, "value", value)))
+    def __str__(self) -> str:
+        return str(self._impl)
 
 
 class EarlyStoppingAction(BaseAction):
-    """Upstream's early stopping on an eval metric (``metric=(task, name)``).
-
-    t5x-upstream's train script refuses a run configured with it (named in the error).
-    """
+    """Upstream's early stopping on an eval metric (``metric=(task, name)``), run by t5x.training's loop."""
 
     def __init__(
         self, metric: tuple[str, str], mode: str, patience: int = 3, atol: float = 0.0, rtol: float = 0.0
     ) -> None:
+        from t5x.training import EarlyStoppingAction as Impl
+
         if mode not in ("min", "max"):
             raise ValueError(f"EarlyStoppingAction.mode must be 'min' or 'max', got {mode!r}")
         self.metric = tuple(metric)
@@ -100,6 +111,13 @@ class EarlyStoppingAction(BaseAction):
         self.patience = patience
         self.atol = atol
         self.rtol = rtol
+        self._impl = Impl(metric=metric, mode=mode, patience=patience, atol=atol, rtol=rtol)
+
+    def run(self, train_state: Any, metrics_by_task: Any) -> bool:
+        return self._impl.run(0, metrics_by_task)
+
+    def __str__(self) -> str:
+        return str(self._impl)
 
 
 __all__ = [

@@ -53,6 +53,7 @@ class SaveCheckpointConfig:
     state_transformation_fns: Sequence[Callable[..., Any]] = ()
     use_gda: bool = True
     checkpoint_manager_cls: Any = None
+    checkpoint_steps: Sequence[int] | None = None  # further steps to save at
 
     def __post_init__(self) -> None:
         if self.dtype not in _SAVE_DTYPES:

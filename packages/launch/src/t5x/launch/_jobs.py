@@ -10,13 +10,15 @@ import contextlib
 import dataclasses
 import os
 import pathlib
+import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from t5x import interfaces
 from t5x.launch._assembly import check_components, check_vocabularies, feature_converter_for, get_provider
-from t5x.launch._configs import CheckpointConfig, DatasetConfig
+from t5x.launch._configs import CheckpointConfig, DatasetConfig, RestoreCheckpointConfig
+from t5x.launch._errors import ConfigurationError
 from t5x.launch._inference import InferenceReport, inference_metrics
 from t5x.launch._model_dir_lock import LOCK_NAME, ModelDirInUseError, ModelDirLock, acquire_model_dir_lock
 from t5x.launch._platform import apply_cpu_kernels_override
@@ -34,6 +36,8 @@ class JobResult:
       eval_metrics: dataset -> metric -> value (teacher-forced).
       inference: per-task inference metrics and example predictions.
       model_dir: where checkpoints, config.gin and metrics went.
+      stop_reason: the train loop's (``"completed"``, ``"action"``, ...).
+      stopped_by: the action that ended training early, with its mode.
     """
 
     step: int
@@ -41,6 +45,8 @@ class JobResult:
     eval_metrics: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     inference: list[InferenceReport] = dataclasses.field(default_factory=list)
     model_dir: str = ""
+    stop_reason: str = "completed"
+    stopped_by: str | None = None
 
 
 def _default_partitioner(partitioner: Any) -> Any:
@@ -210,6 +216,159 @@ def load_initial_params(trainer: Any, path: str, *, keep_step: bool = False) -> 
     return step
 
 
+_STEP_FOLDER = re.compile(r"checkpoint_(\d+)")
+
+
+def _flat_names(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"target/a/b": leaf}`` for a nested state dict (empty slots left out)."""
+    if isinstance(tree, Mapping):
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            out.update(_flat_names(value, f"{prefix}{key}/"))
+        return out
+    return {prefix[:-1]: tree}
+
+
+def _find_checkpoint(cfg: RestoreCheckpointConfig) -> tuple[str, int] | None:
+    """``(model folder, step)`` of the first path of ``cfg`` holding a checkpoint, or None."""
+    from t5x.checkpointing import Checkpointer
+
+    for path in cfg.paths:
+        folder = pathlib.Path(path)
+        match = _STEP_FOLDER.fullmatch(folder.name)
+        if match and folder.is_dir():
+            return str(folder.parent), int(match.group(1))
+        if cfg.mode == "specific":
+            if folder.exists():
+                raise ConfigurationError(
+                    f"RestoreCheckpointConfig.path {path!r}: mode 'specific' needs a checkpoint_<step> "
+                    "folder; for a model folder's newest checkpoint use mode='latest'"
+                )
+            continue
+        latest = Checkpointer(folder, async_save=False).latest_step() if folder.is_dir() else None
+        if latest is not None:
+            return str(folder), latest
+    return None
+
+
+def restore_initial_state(trainer: Any, cfg: RestoreCheckpointConfig) -> int | None:
+    """Starts ``trainer`` from the checkpoint ``cfg`` names (upstream's RestoreCheckpointConfig rules).
+
+    Parameters, optimizer slots and the step are read into the model's own
+    structure, dtypes and shardings, after ``cfg.assignment_map``; what the
+    map drops, and (with ``strict=False`` / ``fallback_to_scratch``) what the
+    checkpoint lacks, keeps ``trainer``'s fresh value.
+
+    Returns:
+      The checkpoint's step, or None when no path holds a checkpoint and
+      ``fallback_to_scratch`` let the run start from scratch.
+
+    Raises:
+      ConfigurationError: mode 'all'; no checkpoint at the paths; a parameter
+        or (``strict``) optimizer slot missing or of another shape (each named).
+    """
+    from t5x.checkpointing import Checkpointer
+
+    if cfg.mode == "all":
+        raise ConfigurationError(
+            "RestoreCheckpointConfig.mode='all' is for evaluation; training starts from one checkpoint "
+            "(mode='latest' or 'specific')"
+        )
+    found = _find_checkpoint(cfg)
+    if found is None:
+        if cfg.fallback_to_scratch:
+            print(
+                f"[t5x-launch] warning: no checkpoint at {cfg.paths}; training from scratch "
+                "(RestoreCheckpointConfig.fallback_to_scratch)",
+                file=sys.stderr,
+                flush=True,
+            )
+            return None
+        raise ConfigurationError(
+            f"RestoreCheckpointConfig.path {cfg.paths or cfg.path!r} holds no checkpoint (mode {cfg.mode!r}); "
+            "give a checkpoint_<step> folder or a model folder with checkpoints, or set "
+            "fallback_to_scratch=True to train from scratch"
+        )
+    model_dir, step = found
+    where = os.path.join(model_dir, f"checkpoint_{step}")
+    reader = Checkpointer(model_dir, restore_dtype=cfg.dtype, async_save=False)
+    stored = {name: leaf for name, leaf in _flat_names(reader.restore(step, lazy=True).state).items()}
+    rules = [(pattern, replacement) for pattern, replacement in (cfg.assignment_map or ())]
+    fresh, missing_params, missing_slots = [], [], []
+    for name, leaf in _flat_names(trainer.state.state_dict()).items():
+        key: str | None = name
+        for pattern, replacement in rules:
+            if re.fullmatch(pattern, name):
+                key = None if replacement is None else re.sub(pattern, replacement, name)
+                break
+        if key is None:
+            continue  # the map keeps it fresh
+        source = stored.get(key)
+        same = source is not None and tuple(getattr(source, "shape", ())) == tuple(getattr(leaf, "shape", ()))
+        if same:
+            continue
+        shown = name if key == name else f"{name} (checkpoint name {key})"
+        if source is not None and not name.startswith("state/"):
+            raise ConfigurationError(
+                f"{where}: parameter {shown} has shape {tuple(source.shape)}, the model expects "
+                f"{tuple(leaf.shape)}"
+            )
+        if name == "state/step":
+            fresh.append(name)
+        elif name.startswith("state/"):
+            (missing_slots if cfg.strict else fresh).append(name)
+        else:
+            (fresh if cfg.fallback_to_scratch else missing_params).append(name)
+    if missing_params:
+        raise ConfigurationError(
+            f"{where} has no parameter {missing_params[0]}"
+            + (f" (and {len(missing_params) - 1} more)" if len(missing_params) > 1 else "")
+            + "; map it with RestoreCheckpointConfig.assignment_map, or set fallback_to_scratch=True "
+            "to initialise missing parameters fresh"
+        )
+    if missing_slots:
+        raise ConfigurationError(
+            f"{where} has no optimizer slot {missing_slots[0]} of this shape"
+            + (f" (and {len(missing_slots) - 1} more)" if len(missing_slots) > 1 else "")
+            + " (saved with another optimizer?); set RestoreCheckpointConfig.strict=False to start "
+            "those slots fresh, or assignment_map=[(r'state/param_states/.*', None)] for a fresh optimizer"
+        )
+    if any(not n.startswith("state/") for n in fresh):
+        names = [n for n in fresh if not n.startswith("state/")]
+        print(
+            f"[t5x-launch] warning: {len(names)} parameters are not in {where} and start fresh "
+            f"(fallback_to_scratch): {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}",
+            file=sys.stderr,
+            flush=True,
+        )
+    restored = reader.restore(
+        step,
+        target=trainer.state,
+        shardings=trainer.state_shardings,
+        assignment_map=[(re.escape(name), None) for name in fresh] + rules,
+    )
+    state = restored.state
+    if cfg.dtype is not None:
+        import jax
+
+        # Values pass through ``dtype``; the train state keeps the model's dtypes (the compiled step's).
+        state = dict(state)
+        state["target"] = jax.tree.map(
+            lambda value, like: value.astype(like.dtype), state["target"], trainer.state.params
+        )
+    trainer.state = trainer.state.restore_state(state)
+    return step
+
+
+def _print_stop(result: Any) -> None:
+    if result.stop_reason in ("action", "early_stopping"):
+        print(
+            f"[t5x-launch] training stopped at step {result.step} by {result.stopped_by}; "
+            "checkpoint saved (a normal end)",
+            flush=True,
+        )
+
+
 def train(
     *,
     model: Any,
@@ -229,6 +388,9 @@ def train(
     num_microbatches: int | None = None,
     log_period: int = 10,
     show_predictions: int = 0,
+    actions: Mapping[Any, Sequence[Any]] | None = None,
+    run_eval_before_training: bool = False,
+    gc_period: int = 0,
 ) -> JobResult:
     """Pretrains or fine-tunes ``model``, resuming from ``model_dir`` when it has checkpoints.
 
@@ -241,17 +403,28 @@ def train(
       optimizer: any Optax transformation (default T5X Adafactor).
       learning_rate_fn: step -> learning rate (None: the optimizer's own).
       checkpoint_cfg: save period, retention and the initial checkpoint
-        (default ``CheckpointConfig()``).
-      eval_period: steps between teacher-forced evaluations.
-      eval_batches: batches per evaluation (None: the whole split).
+        (default ``CheckpointConfig()``; its ``save`` / ``restore`` take a
+        SaveCheckpointConfig / RestoreCheckpointConfig).
+      eval_period: steps between evaluations, teacher-forced and inference
+        (None: at the end only).
+      eval_batches: batches per teacher-forced evaluation (upstream's
+        ``eval_steps``; None: the whole split).
       train_eval_dataset_cfg: data for teacher-forced evaluation.
-      infer_eval_dataset_cfg: data for inference evaluation at the end (decode
-        and the task's metrics).
+      infer_eval_dataset_cfg: data for inference evaluation (decode and the
+        task's metrics) every ``eval_period`` steps and at the end.
       max_inference_examples: at most this many examples for inference evaluation.
       random_seed: seeds initialisation, dropout and (by default) the data.
       num_microbatches: gradient accumulation.
       log_period: steps between metric writes.
-      show_predictions: print this many predictions next to their targets.
+      show_predictions: print this many predictions next to their targets
+        (after the last inference evaluation).
+      actions: ``{"TRAIN" | "TRAIN_EVAL" | "INFER_EVAL": [action, ...]}``
+        (``t5x.training.EarlyStoppingAction``, ``TerminateOnNanAction`` or
+        any object with ``run(step, metrics_by_task) -> bool``); an action
+        returning True ends training with a checkpoint and a line saying so.
+      run_eval_before_training: evaluate once before the first step.
+      gc_period: collect garbage every this many steps with automatic
+        collection off (0: Python's default).
 
     Only one trainer writes into a model folder: this one holds the lock file
     ``train.lock`` there while it runs (see ``t5x.launch._model_dir_lock``) and
@@ -272,6 +445,9 @@ def train(
     partitioner = _default_partitioner(partitioner)
     optimizer = _default_optimizer(optimizer)
     checkpoint_cfg = checkpoint_cfg or CheckpointConfig()
+    save_cfg = checkpoint_cfg.save_config()
+    restore_cfg = checkpoint_cfg.restore_config()
+    by_best = bool(save_cfg.metric_name_to_monitor)
     directory = pathlib.Path(model_dir)
     # A run failing before its first checkpoint removes what it wrote and the folders it made.
     with (
@@ -282,9 +458,9 @@ def train(
         _, converter, train_iter = _iterator(model, train_dataset_cfg, partitioner, random_seed, train=True)
         checkpointer = Checkpointer(
             directory,
-            keep=checkpoint_cfg.keep,
-            keep_every=checkpoint_cfg.keep_every,
-            save_dtype=checkpoint_cfg.dtype,
+            keep=None if by_best else save_cfg.keep,  # the best-checkpoint rule deletes itself
+            keep_every=save_cfg.keep_every,
+            save_dtype=save_cfg.dtype,
         )
         if lock is not None:
             checkpointer.remove_abandoned_saves()  # only the lock's holder may
@@ -310,10 +486,8 @@ def train(
             seed=random_seed,
             peak_flops=None,
         )
-        if checkpoint_cfg.initial_checkpoint_path and checkpointer.latest_step() is None:
-            load_initial_params(
-                trainer, checkpoint_cfg.initial_checkpoint_path, keep_step=checkpoint_cfg.keep_initial_step
-            )
+        if restore_cfg is not None and checkpointer.latest_step() is None:
+            restore_initial_state(trainer, restore_cfg)
 
         eval_sources = {}
         if train_eval_dataset_cfg is not None:
@@ -324,50 +498,90 @@ def train(
 
             eval_sources[eval_cfg.mixture_or_task_name] = eval_batches_fn
         writer = _writers(directory, total_steps)
+        loop_checkpointer: Any = checkpointer
+        loop_writer: Any = writer
+        if by_best:
+            from t5x.launch._best_checkpoints import BestCheckpointKeeper, MetricRecorder
+            from t5x.training import MultiWriter
+
+            recorder = MetricRecorder(str(save_cfg.metric_name_to_monitor), directory / "metrics.jsonl")
+            loop_checkpointer = BestCheckpointKeeper(
+                checkpointer,
+                recorder,
+                keep=int(save_cfg.keep or 1),
+                mode=save_cfg.metric_mode,
+                keep_without_metrics=save_cfg.keep_checkpoints_without_metrics,
+                keep_every=save_cfg.keep_every,
+            )
+            loop_writer = MultiWriter([writer, recorder])
+        reports: list[InferenceReport] = []
+        inference_eval = None
+        if infer_eval_dataset_cfg is not None:
+            infer_cfg = infer_eval_dataset_cfg
+
+            def inference_eval(step: int, params: Any) -> dict[str, dict[str, float]]:
+                reports[:] = inference_metrics(
+                    model,
+                    params,
+                    partitioner,
+                    infer_cfg,
+                    directory / "inference_eval",
+                    step=step,
+                    max_examples=max_inference_examples,
+                    writer=loop_writer,
+                )
+                _print_inference(reports, 0, step=step)
+                return {report.task: report.metrics for report in reports}
+
         try:
             result = t5x.training.train(
                 trainer,
                 train_iter,
                 total_steps=total_steps,
-                checkpointer=checkpointer,
-                checkpoint_period=checkpoint_cfg.period,
+                checkpointer=loop_checkpointer,
+                checkpoint_period=save_cfg.period,
+                checkpoint_steps=save_cfg.checkpoint_steps,
                 eval_sources=eval_sources or None,
                 eval_period=eval_period,
                 eval_batches=eval_batches,
-                metric_writer=writer,
+                inference_eval=inference_eval,
+                metric_writer=loop_writer,
                 log_period=log_period,
+                actions=actions,
+                run_eval_before_training=run_eval_before_training,
+                gc_period=gc_period,
             )
-            checkpointer.wait_until_finished()
+            loop_checkpointer.wait_until_finished()
             if result.signal is not None:
                 raise Preempted(result.signal, step=result.step)
             job = JobResult(
                 step=result.step,
                 losses=result.losses,
                 eval_metrics=result.eval_metrics,
+                inference=list(reports),
                 model_dir=str(directory),
+                stop_reason=result.stop_reason,
+                stopped_by=result.stopped_by,
             )
-            if infer_eval_dataset_cfg is not None:
-                job.inference = inference_metrics(
-                    model,
-                    trainer.state.params,
-                    partitioner,
-                    infer_eval_dataset_cfg,
-                    directory / "inference_eval",
-                    step=result.step,
-                    max_examples=max_inference_examples,
-                    writer=writer,
-                )
-                _print_inference(job.inference, show_predictions)
+            if show_predictions:
+                _print_examples(reports, show_predictions)
+            _print_stop(result)
         finally:
             checkpointer.close()
             writer.close()
     return job
 
 
-def _print_inference(reports: list[InferenceReport], show: int) -> None:
+def _print_inference(reports: list[InferenceReport], show: int, step: int | None = None) -> None:
+    at = "" if step is None else f" step {step}:"
     for report in reports:
         metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(report.metrics.items()))
-        print(f"[inference eval] {report.task} ({report.num_examples} examples): {metrics}", flush=True)
+        print(f"[inference eval]{at} {report.task} ({report.num_examples} examples): {metrics}", flush=True)
+    _print_examples(reports, show)
+
+
+def _print_examples(reports: list[InferenceReport], show: int) -> None:
+    for report in reports:
         for example in report.examples[:show]:
             mark = "✓" if example["prediction"] == example["target"] else "✗"
             print(

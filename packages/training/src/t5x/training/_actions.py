@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 MetricsByTask = Mapping[str, Mapping[str, float]]
@@ -142,15 +142,24 @@ def normalize_actions(actions: Mapping[Any, Sequence[Any]] | None) -> dict[Actio
 
 
 def run_actions(
-    actions: Mapping[ActionMode, Sequence[Any]], mode: ActionMode, step: int, metrics_by_task: MetricsByTask
+    actions: Mapping[ActionMode, Sequence[Any]],
+    mode: ActionMode,
+    step: int,
+    metrics_by_task: MetricsByTask,
+    train_state: Callable[[], Any] | None = None,
 ) -> Any:
     """Runs every action of ``mode``; returns the first that asked to stop, else None.
 
     Every action runs even after one asked to stop, so that each sees every
-    evaluation (as upstream does).
+    evaluation (as upstream does). An action whose ``takes_train_state``
+    attribute is True gets the train state (``train_state()``) in place of
+    the step: upstream's ``run(train_state, metrics_by_task)`` signature.
     """
     stopper = None
     for action in actions.get(mode, ()):
-        if action.run(step, metrics_by_task) and stopper is None:
+        first = step
+        if getattr(action, "takes_train_state", False) and train_state is not None:
+            first = train_state()
+        if action.run(first, metrics_by_task) and stopper is None:
             stopper = action
     return stopper

@@ -408,7 +408,7 @@ def train(
     action_steps = 0
 
     def stop_for(mode: ActionMode, metrics_by_task: Mapping[str, Mapping[str, float]]) -> bool:
-        stopper = run_actions(by_mode, mode, step, metrics_by_task)
+        stopper = run_actions(by_mode, mode, step, metrics_by_task, lambda: trainer.state)
         if stopper is not None and result.stopped_by is None:
             result.stopped_by = f"{mode.name}: {stopper}"
         return stopper is not None
