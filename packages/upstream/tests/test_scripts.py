@@ -49,17 +49,48 @@ def test_checkpoint_config_maps_save_and_restore():
         restore=utils.RestoreCheckpointConfig(path="/ckpt/checkpoint_100", mode="specific"),
     )
     got = scripts.checkpoint_config(cfg, total_steps=50)
-    assert (got.period, got.keep, got.dtype) == (5, 2, "bfloat16")
-    assert got.initial_checkpoint_path == "/ckpt/checkpoint_100" and got.keep_initial_step
+    assert got.save == launch.SaveCheckpointConfig(dtype="bfloat16", period=5, keep=2)
+    # The whole train state (optimizer slots and step too), as upstream restores it.
+    assert got.restore == launch.RestoreCheckpointConfig(path="/ckpt/checkpoint_100", mode="specific")
     scratch = scripts.checkpoint_config(
         utils.CheckpointConfig(
             save=utils.SaveCheckpointConfig(), restore=utils.RestoreCheckpointConfig(path=[])
         ),
         total_steps=50,
     )
-    assert (
-        scratch.initial_checkpoint_path is None and scratch.period == 50
-    )  # upstream's None period: at the end
+    assert scratch.restore is None and scratch.save.period == 50  # upstream's None period: at the end
+
+
+def test_checkpoint_config_maps_restore_rules_and_the_best_checkpointer():
+    import gin
+
+    restore = utils.RestoreCheckpointConfig(
+        path=["/a", "/b"],
+        assignment_map=[(r"target/decoder/(.*)", r"target/dec/\1"), ("state/.*", None)],
+        strict=False,
+        fallback_to_scratch=True,
+        dtype="bfloat16",
+    )
+    gin.clear_config()
+    best = gin.external_configurable(checkpoints.SaveBestCheckpointer, name="BestForTest")
+    gin.bind_parameter("BestForTest.metric_name_to_monitor", "training_eval/my_task/loss")
+    gin.bind_parameter("BestForTest.metric_mode", "min")
+    try:
+        save = utils.SaveCheckpointConfig(keep=2, checkpointer_cls=best, checkpoint_steps=[3, 7])
+        got = scripts.checkpoint_config(utils.CheckpointConfig(save=save, restore=restore), total_steps=10)
+    finally:
+        gin.clear_config()
+    assert got.restore == launch.RestoreCheckpointConfig(
+        path=["/a", "/b"],
+        assignment_map=[(r"target/decoder/(.*)", r"target/dec/\1"), ("state/.*", None)],
+        strict=False,
+        fallback_to_scratch=True,
+        dtype="bfloat16",
+    )
+    # training_eval/<task>/<metric> is what t5x-launch writes as <task>/<metric>.
+    assert got.save.metric_name_to_monitor == "my_task/loss"
+    assert (got.save.metric_mode, got.save.keep) == ("min", 2)
+    assert got.save.keep_checkpoints_without_metrics and list(got.save.checkpoint_steps) == [3, 7]
 
 
 @pytest.mark.parametrize(
@@ -67,22 +98,17 @@ def test_checkpoint_config_maps_save_and_restore():
     [
         (
             utils.CheckpointConfig(
-                save=utils.SaveCheckpointConfig(checkpointer_cls=checkpoints.SaveBestCheckpointer)
+                restore=utils.RestoreCheckpointConfig(
+                    path="p", checkpointer_cls=checkpoints.SaveBestCheckpointer
+                )
             ),
             "SaveBestCheckpointer",
         ),
-        (
-            utils.CheckpointConfig(
-                restore=utils.RestoreCheckpointConfig(path="p", assignment_map=[("a", "b")])
-            ),
-            "assignment_map",
-        ),
-        (
-            utils.CheckpointConfig(restore=utils.RestoreCheckpointConfig(path="p", fallback_to_scratch=True)),
-            "fallback_to_scratch",
-        ),
         (utils.CheckpointConfig(restore=utils.RestoreCheckpointConfig(path="p", mode="all")), "mode='all'"),
-        (utils.CheckpointConfig(restore=utils.RestoreCheckpointConfig(path=["a", "b"])), "path"),
+        (
+            utils.CheckpointConfig(restore=utils.RestoreCheckpointConfig(path="p", restore_dataset=True)),
+            "restore_dataset",
+        ),
     ],
 )
 def test_checkpoint_config_refuses_by_name(cfg, named):
@@ -93,9 +119,8 @@ def test_checkpoint_config_refuses_by_name(cfg, named):
 
 def test_train_refuses_semantic_options_before_doing_anything(tmp_path):
     common = dict(model=None, train_dataset_cfg=_dataset(), model_dir=str(tmp_path / "m"), total_steps=2)
-    early = trainer.EarlyStoppingAction(metric=("task", "loss"), mode="min")
-    with pytest.raises(UnsupportedUpstreamOption, match="EarlyStoppingAction"):
-        scripts.train(**common, actions={"TRAIN_EVAL": [early]})
+    with pytest.raises(launch.ConfigurationError, match=r"actions\['TRAIN'\]: object has no run method"):
+        scripts.train(**common, actions={"TRAIN": [object()]})
     with pytest.raises(UnsupportedUpstreamOption, match="get_dataset_fn"):
         scripts.train(**common, get_dataset_fn=lambda *a: None)
     with pytest.raises(UnsupportedUpstreamOption, match="trainer_cls"):
@@ -120,8 +145,8 @@ def test_infer_and_evaluate_refuse_sharded_or_custom_writers(tmp_path):
     common = dict(
         model=None, dataset_cfg=_dataset(), restore_checkpoint_cfg=restore, output_dir=str(tmp_path)
     )
-    with pytest.raises(UnsupportedUpstreamOption, match="merge_chunked_results"):
-        scripts.infer(mode="predict", merge_chunked_results=False, **common)
+    with pytest.raises(UnsupportedUpstreamOption, match="num_shards"):
+        scripts.infer(mode="predict", num_shards=2, **common)
     with pytest.raises(UnsupportedUpstreamOption, match="write_fn"):
         scripts.infer(mode="predict", write_fn=print, **common)
     with pytest.raises(launch.ConfigurationError, match="infer mode"):
@@ -131,26 +156,6 @@ def test_infer_and_evaluate_refuse_sharded_or_custom_writers(tmp_path):
         scripts.evaluate(
             model=None, dataset_cfg=_dataset(), restore_checkpoint_cfg=empty, output_dir=str(tmp_path)
         )
-
-
-def test_infer_maps_shards_chunks_and_mode_onto_launch(tmp_path, monkeypatch):
-    calls = []
-    monkeypatch.setattr(scripts.launch, "infer", lambda **kwargs: calls.append(kwargs) or ["written"])
-    restore = utils.RestoreCheckpointConfig(path=str(tmp_path), mode="specific")
-    written = scripts.infer(
-        mode="predict_with_aux",
-        model=None,
-        dataset_cfg=_dataset(),
-        restore_checkpoint_cfg=restore,
-        output_dir=str(tmp_path),
-        shard_id=1,
-        num_shards=3,
-        checkpoint_period=7,
-    )
-    assert written == ["written"]
-    (kwargs,) = calls
-    assert (kwargs["shard_id"], kwargs["num_shards"], kwargs["checkpoint_period"]) == (1, 3, 7)
-    assert kwargs["mode"] == "predict_with_aux" and kwargs["checkpoint_path"] == str(tmp_path)
 
 
 def test_inference_examples_come_from_the_bound_evaluator():
@@ -170,27 +175,38 @@ def test_inference_examples_come_from_the_bound_evaluator():
         gin.clear_config()
 
 
-@pytest.mark.parametrize(
-    ("mode", "path", "expected"),
-    [
-        ("latest", "/run", [("/run", "latest")]),
-        ("all", "/run", [("/run", "all")]),
-        ("specific", "/run/checkpoint_4", [("/run/checkpoint_4", "latest")]),
-        (
-            "specific",
-            ["/run/checkpoint_2", "/run/checkpoint_4"],
-            [("/run/checkpoint_2", "latest"), ("/run/checkpoint_4", "latest")],
-        ),
-    ],
-)
-def test_evaluate_maps_restore_modes_onto_launch_steps(mode, path, expected, tmp_path, monkeypatch):
+def test_upstream_actions_run_in_the_train_loop(monkeypatch):
+    from t5x.training._actions import ActionMode, normalize_actions, run_actions
+
+    class StopWhenBiasMoved(trainer.BaseAction):
+        """A user's own action, upstream-style: run(train_state, metrics_by_task)."""
+
+        def run(self, train_state, metrics_by_task):
+            self.seen = (train_state, dict(metrics_by_task))
+            return train_state == "the state"
+
     calls = []
-    monkeypatch.setattr(
-        scripts.launch, "evaluate", lambda **kwargs: calls.append(kwargs) or [kwargs["steps"]]
+    monkeypatch.setattr(scripts.launch, "train", lambda **kwargs: calls.append(kwargs))
+    own = StopWhenBiasMoved()
+    early = trainer.EarlyStoppingAction(metric=("task", "loss"), mode="min", patience=1)
+    nan = trainer.TerminateOnNanAction(task="task")
+    scripts.train(
+        model=None,
+        train_dataset_cfg=_dataset(),
+        model_dir="unused",
+        total_steps=2,
+        random_seed=0,
+        actions={trainer.ActionMode.TRAIN_EVAL: [early, nan], "INFER_EVAL": [own]},
+        run_eval_before_training=True,
+        gc_period=5,
     )
-    restore = utils.RestoreCheckpointConfig(path=path, mode=mode)
-    results = scripts.evaluate(
-        model=None, dataset_cfg=_dataset(), restore_checkpoint_cfg=restore, output_dir=str(tmp_path)
-    )
-    assert [(c["checkpoint_path"], c["steps"]) for c in calls] == expected
-    assert results == [steps for _, steps in expected]
+    (kwargs,) = calls
+    assert kwargs["run_eval_before_training"] is True and kwargs["gc_period"] == 5
+    actions = normalize_actions(kwargs["actions"])
+    state = lambda: "the state"  # noqa: E731
+    assert run_actions(actions, ActionMode.INFER_EVAL, 4, {"task": {"acc": 1.0}}, state) is own
+    assert own.seen == ("the state", {"task": {"acc": 1.0}})
+    assert run_actions(actions, ActionMode.TRAIN_EVAL, 2, {"task": {"loss": 1.0}}, state) is None
+    assert run_actions(actions, ActionMode.TRAIN_EVAL, 4, {"task": {"loss": 1.5}}, state) is early
+    assert run_actions(actions, ActionMode.TRAIN_EVAL, 6, {"task": {"loss": float("nan")}}, state) is early
+    assert nan.run(None, {"task": {"loss": float("nan")}}) and not nan.run(None, {"task": {"loss": 1.0}})

@@ -6,7 +6,12 @@ the library packages directly through gin's dynamic registration
 so the libraries stay free of gin; the jobs here take the built objects.
 """
 
-from t5x.launch._configs import CheckpointConfig, DatasetConfig
+from t5x.launch._configs import (
+    CheckpointConfig,
+    DatasetConfig,
+    RestoreCheckpointConfig,
+    SaveCheckpointConfig,
+)
 from t5x.launch._errors import ConfigurationError, UserError
 from t5x.launch._eval_job import evaluate
 from t5x.launch._gin_config import GinArgs, GinConfigError, GinExtension, parse_gin, split_gin_flags
@@ -39,6 +44,8 @@ __all__ = [
     "model_from_gin",
     "register_lm_eval_model",
     "CheckpointConfig",
+    "RestoreCheckpointConfig",
+    "SaveCheckpointConfig",
     "ConfigurationError",
     "DatasetConfig",
     "GinArgs",

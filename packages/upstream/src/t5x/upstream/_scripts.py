@@ -127,10 +127,10 @@ def dataset_config(cfg: Any, *, who: str, measure: bool) -> launch.DatasetConfig
 # ---- checkpoints ------------------------------------------------------------------------------
 
 
-def _check_checkpointer_cls(option: str, cls: Any) -> None:
+def _check_checkpointer_cls(option: str, cls: Any, *, best_ok: bool = False) -> None:
     if cls is None:
         return
-    if isinstance(cls, type) and issubclass(cls, checkpoints.SaveBestCheckpointer):
+    if isinstance(cls, type) and issubclass(cls, checkpoints.SaveBestCheckpointer) and not best_ok:
         raise _refuse(
             option,
             "SaveBestCheckpointer",
@@ -169,31 +169,90 @@ def _check_restore(restore: utils.RestoreCheckpointConfig, who: str) -> None:
     _check_checkpointer_cls(f"{who}.checkpointer_cls", restore.checkpointer_cls)
 
 
+def _bound(cls: Any) -> dict[str, Any]:
+    """The keywords gin binds to a configurable class reference (empty when none)."""
+    import gin
+
+    for candidate in getattr(cls, "__mro__", (cls,)):
+        try:
+            return dict(gin.get_bindings(candidate))
+        except (ValueError, TypeError, KeyError):
+            continue
+    return {}
+
+
+def _launch_metric_name(name: str) -> str:
+    """Upstream's ``<summary folder>/<tag>`` metric name as t5x-launch writes it to metrics.jsonl."""
+    if name.startswith("training_eval/"):
+        return name[len("training_eval/") :]  # teacher-forced: <task>/<metric>
+    if name.startswith("train/"):
+        return name[len("train/") :]  # train scalars carry no prefix
+    return name  # inference_eval/<task>/<metric> is the same
+
+
+def _save_config(save: utils.SaveCheckpointConfig, total_steps: int) -> launch.SaveCheckpointConfig:
+    _check_checkpointer_cls("SaveCheckpointConfig.checkpointer_cls", save.checkpointer_cls, best_ok=True)
+    if save.state_transformation_fns:
+        raise _refuse(
+            "SaveCheckpointConfig.state_transformation_fns", save.state_transformation_fns, "not implemented"
+        )
+    # save_dataset: t5x-launch's checkpoints always hold the input position, so either value resumes.
+    best: dict[str, Any] = {}
+    cls = save.checkpointer_cls
+    if isinstance(cls, type) and issubclass(cls, checkpoints.SaveBestCheckpointer):
+        bound = {**checkpoints.SaveBestCheckpointer.DEFAULTS, **_bound(cls)}
+        if bound.get("force_keep_period"):
+            _ignored(
+                "SaveBestCheckpointer.force_keep_period",
+                bound["force_keep_period"],
+                "steps divisible by it are not kept apart from the best and the newest",
+            )
+        best = dict(
+            metric_name_to_monitor=_launch_metric_name(str(bound["metric_name_to_monitor"])),
+            metric_mode=bound["metric_mode"],
+            keep_checkpoints_without_metrics=bool(bound["keep_checkpoints_without_metrics"]),
+        )
+    return launch.SaveCheckpointConfig(
+        dtype=save.dtype,
+        period=save.period or total_steps,
+        keep=save.keep if save.keep is not None or not best else 1,
+        checkpoint_steps=list(save.checkpoint_steps or ()) or None,
+        **best,
+    )
+
+
+def _restore_config(restore: utils.RestoreCheckpointConfig) -> launch.RestoreCheckpointConfig | None:
+    """Upstream's restore rules for a new training run (None: from scratch, upstream's ``path=[]``)."""
+    who = "RestoreCheckpointConfig"
+    if restore.mode == "all":
+        raise _refuse(f"{who}.mode", "all", "training starts from one checkpoint")
+    if restore.state_transformation_fns:
+        raise _refuse(f"{who}.state_transformation_fns", restore.state_transformation_fns, "not implemented")
+    if restore.restore_dataset:
+        raise _refuse(f"{who}.restore_dataset", True, "an initial checkpoint's data position is not restored")
+    _check_checkpointer_cls(f"{who}.checkpointer_cls", restore.checkpointer_cls)
+    paths = [restore.path] if isinstance(restore.path, str) else list(restore.path or [])
+    paths = [str(p) for p in paths if p]
+    if not paths:
+        return None
+    # The whole train state (parameters, optimizer slots, step), as upstream restores it.
+    return launch.RestoreCheckpointConfig(
+        path=paths[0] if len(paths) == 1 else paths,
+        mode=restore.mode,
+        assignment_map=[tuple(rule) for rule in restore.assignment_map] if restore.assignment_map else None,
+        strict=restore.strict,
+        fallback_to_scratch=restore.fallback_to_scratch,
+        dtype=restore.dtype,
+    )
+
+
 def checkpoint_config(cfg: utils.CheckpointConfig | None, total_steps: int) -> launch.CheckpointConfig:
     """t5x-launch's CheckpointConfig for upstream's save / restore pair (for training)."""
     save = cfg.save if cfg is not None else None
     restore = cfg.restore if cfg is not None else None
-    period, keep, dtype = total_steps, None, None
-    if save is not None:
-        _check_checkpointer_cls("SaveCheckpointConfig.checkpointer_cls", save.checkpointer_cls)
-        if save.state_transformation_fns:
-            raise _refuse(
-                "SaveCheckpointConfig.state_transformation_fns",
-                save.state_transformation_fns,
-                "not implemented",
-            )
-        period = save.period or total_steps
-        keep, dtype = save.keep, save.dtype
-        # save_dataset: t5x-launch's checkpoints always hold the input position, so either value resumes.
-    initial = None
-    if restore is not None:
-        if restore.mode == "all":
-            raise _refuse("RestoreCheckpointConfig.mode", "all", "training starts from one checkpoint")
-        _check_restore(restore, "RestoreCheckpointConfig")
-        initial = _restore_path(restore, "RestoreCheckpointConfig")
-    # Upstream counts fine-tuning steps on from the initial checkpoint's step (TRAIN_STEPS includes them).
     return launch.CheckpointConfig(
-        period=period, keep=keep, initial_checkpoint_path=initial, keep_initial_step=True, dtype=dtype
+        save=_save_config(save or utils.SaveCheckpointConfig(dtype=None), total_steps),
+        restore=_restore_config(restore) if restore is not None else None,
     )
 
 
@@ -212,25 +271,28 @@ def _trainer_settings(trainer_cls: Any) -> trainer.Trainer:
     )
 
 
-def _check_actions(actions: Mapping[str, Sequence[Any]] | None) -> None:
+def _check_actions(actions: Mapping[Any, Sequence[Any]] | None) -> dict[str, list[Any]]:
+    """Upstream's ``{mode: [action, ...]}`` for t5x-launch's loop (which runs them as upstream does).
+
+    ``trainer.BaseAction`` subclasses (upstream's and a user's own) are called
+    ``run(train_state, metrics_by_task)``; any other object needs t5x.training's
+    ``run(step, metrics_by_task)``.
+    """
+    out: dict[str, list[Any]] = {}
     for mode, listed in (actions or {}).items():
-        if mode not in trainer.ActionMode.__members__:
+        name = getattr(mode, "name", mode)
+        if name not in trainer.ActionMode.__members__:
             raise ConfigurationError(
                 f"actions: unknown mode {mode!r}; expected one of {list(trainer.ActionMode.__members__)}"
             )
         for action in listed:
-            if isinstance(action, trainer.TerminateOnNanAction):
-                continue  # t5x-launch's loop always stops on a non-finite loss
-            if isinstance(action, trainer.EarlyStoppingAction):
-                raise _refuse(
-                    f"actions[{mode!r}]",
-                    "EarlyStoppingAction",
-                    "t5x-launch train has no early stopping; set TRAIN_STEPS, or call "
-                    "t5x.training.train with early_stopping=t5x.training.EarlyStopping(...)",
+            if not callable(getattr(action, "run", None)):
+                raise ConfigurationError(
+                    f"actions[{name!r}]: {type(action).__name__} has no run method "
+                    "(subclass trainer.BaseAction and define run(train_state, metrics_by_task))"
                 )
-            raise _refuse(
-                f"actions[{mode!r}]", type(action).__name__, "only trainer.TerminateOnNanAction is supported"
-            )
+        out.setdefault(str(name), []).extend(listed)
+    return out
 
 
 def _evaluator_examples(evaluator_cls: Any) -> int | None:
@@ -314,13 +376,9 @@ def train(
         raise _refuse(
             "train_state_initializer_cls", train_state_initializer_cls, "initialisation is t5x-launch's"
         )
-    _check_actions(actions)
-    if run_eval_before_training:
-        _ignored("run_eval_before_training", True, "evaluations run every eval_period steps and at the end")
+    launch_actions = _check_actions(actions)
     if use_hardware_rng:
         _ignored("use_hardware_rng", True, "dropout and initialisation use JAX's default PRNG")
-    if gc_period:
-        _ignored("gc_period", gc_period, "Python's garbage collector runs as usual")
     settings = _trainer_settings(trainer_cls)
     train_cfg = dataset_config(train_dataset_cfg, who="train_dataset_cfg", measure=False)
     eval_cfg = (
@@ -333,12 +391,6 @@ def train(
         if infer_eval_dataset_cfg is not None
         else None
     )
-    if infer_cfg is not None and eval_period and eval_period < total_steps:
-        _ignored(
-            "eval_period (for infer_eval_dataset_cfg)",
-            eval_period,
-            "inference evaluation runs once, at the end",
-        )
     return launch.train(
         model=model,
         train_dataset_cfg=train_cfg,
@@ -348,7 +400,7 @@ def train(
         optimizer=getattr(model, "optimizer_def", None),
         learning_rate_fn=settings.learning_rate_fn,
         checkpoint_cfg=checkpoint_config(checkpoint_cfg, total_steps),
-        eval_period=eval_period if eval_cfg is not None else None,
+        eval_period=eval_period if (eval_cfg is not None or infer_cfg is not None) else None,
         eval_batches=eval_steps,
         train_eval_dataset_cfg=eval_cfg,
         infer_eval_dataset_cfg=infer_cfg,
@@ -356,6 +408,9 @@ def train(
         random_seed=_random_seed(random_seed),
         num_microbatches=settings.num_microbatches,
         log_period=stats_period or min(eval_period or total_steps, total_steps),
+        actions=launch_actions or None,
+        run_eval_before_training=run_eval_before_training,
+        gc_period=gc_period,
     )
 
 
@@ -394,35 +449,16 @@ def evaluate(
         )
     if fallback_init_rng is not None:
         raise _refuse("fallback_init_rng", fallback_init_rng, "every parameter must come from the checkpoint")
-    cfg = dataset_config(dataset_cfg, who="dataset_cfg", measure=True)
-    results: list[JobResult] = []
-    for path, steps in _checkpoints_to_evaluate(restore_checkpoint_cfg):
-        results += launch.evaluate(
-            model=model,
-            dataset_cfg=cfg,
-            checkpoint_path=path,
-            output_dir=output_dir,
-            steps=steps,
-            partitioner=partitioner,
-            max_examples=_evaluator_examples(inference_evaluator_cls),
-        )
-    return results
-
-
-def _checkpoints_to_evaluate(restore: Any) -> list[tuple[str, str]]:
-    """``(checkpoint path, launch's steps)`` per evaluation that upstream's restore config asks for.
-
-    ``mode='specific'`` evaluates each path of ``path`` (a checkpoint_<step> folder each; a model
-    folder gives its latest step), ``'latest'`` a model folder's newest step, and ``'all'`` every
-    step of a model folder (resuming: steps already in the output folder are skipped).
-    """
-    if isinstance(restore, utils.RestoreCheckpointConfig) and restore.mode == "specific":
-        paths = [restore.path] if isinstance(restore.path, str) else list(restore.path or [])
-        if len(paths) > 1:
-            _check_restore(restore, "RestoreCheckpointConfig")
-            return [(str(p), "latest") for p in paths]
-    path, steps = _restore_for_reading(restore, "RestoreCheckpointConfig")
-    return [(path, str(steps))]
+    path, steps = _restore_for_reading(restore_checkpoint_cfg, "RestoreCheckpointConfig")
+    return launch.evaluate(
+        model=model,
+        dataset_cfg=dataset_config(dataset_cfg, who="dataset_cfg", measure=True),
+        checkpoint_path=path,
+        output_dir=output_dir,
+        steps=steps,
+        partitioner=partitioner,
+        max_examples=_evaluator_examples(inference_evaluator_cls),
+    )
 
 
 def infer(
@@ -443,24 +479,19 @@ def infer(
     merge_fn: Callable[..., Any] | None = None,
     train_state_initializer_cls: Any = None,
     use_orbax: bool = False,
-) -> list[str]:
+) -> str:
     """Upstream's ``infer.infer`` keywords, run by ``t5x.launch.infer``.
 
-    ``mode`` ``'predict'``, ``'predict_with_aux'`` (the same lines: each
-    prediction with its aux values) and ``'score'``; ``shard_id`` /
-    ``num_shards`` split the split between jobs and ``checkpoint_period`` is
-    the number of batches per resumable chunk, as upstream.
-    ``checkpoint_ds_iter`` is accepted: a resumed job skips the examples it
-    wrote either way.
+    ``mode`` ``'predict'`` and ``'score'`` are supported (``'predict_with_aux'``
+    writes what ``'predict'`` writes: each prediction with its score).
 
     Returns:
-      The JSON Lines files written, one per task
-      (``<output_dir>/<task>-<mode>.jsonl-SSSSS-of-NNNNN``).
+      The JSON Lines file written (``<output_dir>/<task>-<split>-<mode>.jsonl``).
     """
     if mode not in ("predict", "score", "predict_with_aux"):
         raise ConfigurationError(f"infer mode must be 'predict', 'score' or 'predict_with_aux', got {mode!r}")
-    if not merge_chunked_results:
-        raise _refuse("merge_chunked_results", False, "each shard's chunks are always merged into its file")
+    if num_shards != 1 or shard_id != 0:
+        raise _refuse("num_shards / shard_id", (num_shards, shard_id), "infer the whole split in one job")
     for option, value in (
         ("write_fn", write_fn),
         ("merge_fn", merge_fn),
@@ -480,9 +511,6 @@ def infer(
         dataset_cfg=dataset_config(dataset_cfg, who="dataset_cfg", measure=True),
         checkpoint_path=path,
         output_dir=output_dir,
-        mode=mode,
+        mode="score" if mode == "score" else "predict",
         partitioner=partitioner,
-        shard_id=shard_id,
-        num_shards=num_shards,
-        checkpoint_period=checkpoint_period,
     )
