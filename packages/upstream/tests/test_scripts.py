@@ -145,8 +145,8 @@ def test_infer_and_evaluate_refuse_sharded_or_custom_writers(tmp_path):
     common = dict(
         model=None, dataset_cfg=_dataset(), restore_checkpoint_cfg=restore, output_dir=str(tmp_path)
     )
-    with pytest.raises(UnsupportedUpstreamOption, match="num_shards"):
-        scripts.infer(mode="predict", num_shards=2, **common)
+    with pytest.raises(UnsupportedUpstreamOption, match="merge_chunked_results"):
+        scripts.infer(mode="predict", merge_chunked_results=False, **common)
     with pytest.raises(UnsupportedUpstreamOption, match="write_fn"):
         scripts.infer(mode="predict", write_fn=print, **common)
     with pytest.raises(launch.ConfigurationError, match="infer mode"):
@@ -156,6 +156,26 @@ def test_infer_and_evaluate_refuse_sharded_or_custom_writers(tmp_path):
         scripts.evaluate(
             model=None, dataset_cfg=_dataset(), restore_checkpoint_cfg=empty, output_dir=str(tmp_path)
         )
+
+
+def test_infer_maps_shards_chunks_and_mode_onto_launch(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(scripts.launch, "infer", lambda **kwargs: calls.append(kwargs) or ["written"])
+    restore = utils.RestoreCheckpointConfig(path=str(tmp_path), mode="specific")
+    written = scripts.infer(
+        mode="predict_with_aux",
+        model=None,
+        dataset_cfg=_dataset(),
+        restore_checkpoint_cfg=restore,
+        output_dir=str(tmp_path),
+        shard_id=1,
+        num_shards=3,
+        checkpoint_period=7,
+    )
+    assert written == ["written"]
+    (kwargs,) = calls
+    assert (kwargs["shard_id"], kwargs["num_shards"], kwargs["checkpoint_period"]) == (1, 3, 7)
+    assert kwargs["mode"] == "predict_with_aux" and kwargs["checkpoint_path"] == str(tmp_path)
 
 
 def test_inference_examples_come_from_the_bound_evaluator():
@@ -173,6 +193,32 @@ def test_inference_examples_come_from_the_bound_evaluator():
         assert scripts._evaluator_examples(None) is None
     finally:
         gin.clear_config()
+
+
+@pytest.mark.parametrize(
+    ("mode", "path", "expected"),
+    [
+        ("latest", "/run", [("/run", "latest")]),
+        ("all", "/run", [("/run", "all")]),
+        ("specific", "/run/checkpoint_4", [("/run/checkpoint_4", "latest")]),
+        (
+            "specific",
+            ["/run/checkpoint_2", "/run/checkpoint_4"],
+            [("/run/checkpoint_2", "latest"), ("/run/checkpoint_4", "latest")],
+        ),
+    ],
+)
+def test_evaluate_maps_restore_modes_onto_launch_steps(mode, path, expected, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(
+        scripts.launch, "evaluate", lambda **kwargs: calls.append(kwargs) or [kwargs["steps"]]
+    )
+    restore = utils.RestoreCheckpointConfig(path=path, mode=mode)
+    results = scripts.evaluate(
+        model=None, dataset_cfg=_dataset(), restore_checkpoint_cfg=restore, output_dir=str(tmp_path)
+    )
+    assert [(c["checkpoint_path"], c["steps"]) for c in calls] == expected
+    assert results == [steps for _, steps in expected]
 
 
 def test_upstream_actions_run_in_the_train_loop(monkeypatch):

@@ -449,16 +449,35 @@ def evaluate(
         )
     if fallback_init_rng is not None:
         raise _refuse("fallback_init_rng", fallback_init_rng, "every parameter must come from the checkpoint")
-    path, steps = _restore_for_reading(restore_checkpoint_cfg, "RestoreCheckpointConfig")
-    return launch.evaluate(
-        model=model,
-        dataset_cfg=dataset_config(dataset_cfg, who="dataset_cfg", measure=True),
-        checkpoint_path=path,
-        output_dir=output_dir,
-        steps=steps,
-        partitioner=partitioner,
-        max_examples=_evaluator_examples(inference_evaluator_cls),
-    )
+    cfg = dataset_config(dataset_cfg, who="dataset_cfg", measure=True)
+    results: list[JobResult] = []
+    for path, steps in _checkpoints_to_evaluate(restore_checkpoint_cfg):
+        results += launch.evaluate(
+            model=model,
+            dataset_cfg=cfg,
+            checkpoint_path=path,
+            output_dir=output_dir,
+            steps=steps,
+            partitioner=partitioner,
+            max_examples=_evaluator_examples(inference_evaluator_cls),
+        )
+    return results
+
+
+def _checkpoints_to_evaluate(restore: Any) -> list[tuple[str, str]]:
+    """``(checkpoint path, launch's steps)`` per evaluation that upstream's restore config asks for.
+
+    ``mode='specific'`` evaluates each path of ``path`` (a checkpoint_<step> folder each; a model
+    folder gives its latest step), ``'latest'`` a model folder's newest step, and ``'all'`` every
+    step of a model folder (resuming: steps already in the output folder are skipped).
+    """
+    if isinstance(restore, utils.RestoreCheckpointConfig) and restore.mode == "specific":
+        paths = [restore.path] if isinstance(restore.path, str) else list(restore.path or [])
+        if len(paths) > 1:
+            _check_restore(restore, "RestoreCheckpointConfig")
+            return [(str(p), "latest") for p in paths]
+    path, steps = _restore_for_reading(restore, "RestoreCheckpointConfig")
+    return [(path, str(steps))]
 
 
 def infer(
@@ -479,19 +498,24 @@ def infer(
     merge_fn: Callable[..., Any] | None = None,
     train_state_initializer_cls: Any = None,
     use_orbax: bool = False,
-) -> str:
+) -> list[str]:
     """Upstream's ``infer.infer`` keywords, run by ``t5x.launch.infer``.
 
-    ``mode`` ``'predict'`` and ``'score'`` are supported (``'predict_with_aux'``
-    writes what ``'predict'`` writes: each prediction with its score).
+    ``mode`` ``'predict'``, ``'predict_with_aux'`` (the same lines: each
+    prediction with its aux values) and ``'score'``; ``shard_id`` /
+    ``num_shards`` split the split between jobs and ``checkpoint_period`` is
+    the number of batches per resumable chunk, as upstream.
+    ``checkpoint_ds_iter`` is accepted: a resumed job skips the examples it
+    wrote either way.
 
     Returns:
-      The JSON Lines file written (``<output_dir>/<task>-<split>-<mode>.jsonl``).
+      The JSON Lines files written, one per task
+      (``<output_dir>/<task>-<mode>.jsonl-SSSSS-of-NNNNN``).
     """
     if mode not in ("predict", "score", "predict_with_aux"):
         raise ConfigurationError(f"infer mode must be 'predict', 'score' or 'predict_with_aux', got {mode!r}")
-    if num_shards != 1 or shard_id != 0:
-        raise _refuse("num_shards / shard_id", (num_shards, shard_id), "infer the whole split in one job")
+    if not merge_chunked_results:
+        raise _refuse("merge_chunked_results", False, "each shard's chunks are always merged into its file")
     for option, value in (
         ("write_fn", write_fn),
         ("merge_fn", merge_fn),
@@ -511,6 +535,9 @@ def infer(
         dataset_cfg=dataset_config(dataset_cfg, who="dataset_cfg", measure=True),
         checkpoint_path=path,
         output_dir=output_dir,
-        mode="score" if mode == "score" else "predict",
+        mode=mode,
         partitioner=partitioner,
+        shard_id=shard_id,
+        num_shards=num_shards,
+        checkpoint_period=checkpoint_period,
     )
