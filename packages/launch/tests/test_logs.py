@@ -37,8 +37,11 @@ def test_train_prints_a_line_per_log_period_and_names_the_files_it_wrote(tmp_pat
     assert main(["train", *TINY_DEMO, f"--gin.MODEL_DIR={model_dir}"]) == 0
     lines = capsys.readouterr().out.splitlines()  # captured: not a terminal
 
-    progress = [i for i, line in enumerate(lines) if re.match(r"step \d+/6 \| loss [\d.]+ \| ", line)]
-    assert [lines[i].split(" |")[0] for i in progress] == ["step 2/6", "step 4/6", "step 6/6"], lines
+    # absl-py log lines: "I1202 18:40:00.123456 1234 _writers.py:207] step 2/6 | loss ..."
+    step_line = r"I\d{4} .*\] step \d+/6 \| loss [\d.]+ \| "
+    progress = [i for i, line in enumerate(lines) if re.match(step_line, line)]
+    steps = [lines[i].split("] ", 1)[1].split(" |")[0] for i in progress]
+    assert steps == ["step 2/6", "step 4/6", "step 6/6"], lines
     assert all(re.search(r"(tok/s|steps/s)", lines[i]) for i in progress), lines
     assert "\r" not in "".join(lines) and "\x1b" not in "".join(lines)
     decoding = [i for i, line in enumerate(lines) if line.startswith("[decode] synthetic_sort_digits:")]

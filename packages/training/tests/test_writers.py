@@ -3,6 +3,7 @@
 import glob
 import io
 import json
+import re
 import struct
 
 import pytest
@@ -101,21 +102,37 @@ class _Tty(io.StringIO):
         return True
 
 
-def test_console_plain_lines_when_not_a_terminal():
+# absl-py's log prefix: level letter, MMDD, time, thread, file:line.
+ABSL_PREFIX = re.compile(r"^I\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ _writers\.py:\d+\] ")
+
+
+def test_console_log_lines_when_not_a_terminal():
     log = io.StringIO()
     writer = ConsoleWriter(total_steps=100, stream=log)
     assert writer.active and not writer.live
     writer.write_scalars(10, {"loss": 2.0, "learning_rate": 0.01, "timing/steps_per_second": 4.0})
-    assert log.getvalue() == "step 10/100 | loss 2.0000 | lr 0.01 | 4 steps/s\n"
+    first = log.getvalue()
+    assert ABSL_PREFIX.match(first), first
+    assert ABSL_PREFIX.sub("", first) == "step 10/100 | loss 2.0000 | lr 0.01 | 4 steps/s\n"
     writer.write_scalars(10, {"eval/synthetic/accuracy": 0.5})  # not a training step: no line
     writer.write_scalars(20, {"loss": 1.5})
     writer.close()
     lines = log.getvalue().splitlines()
-    assert len(lines) == 2 and lines[1].startswith("step 20/100 | loss 1.5000 | ETA ")
+    assert len(lines) == 2 and ABSL_PREFIX.sub("", lines[1]).startswith("step 20/100 | loss 1.5000 | ETA ")
     assert "\r" not in log.getvalue() and "\x1b" not in log.getvalue()
     quiet = io.StringIO()
     ConsoleWriter(stream=quiet, is_primary=False).write_scalars(1, {"loss": 1.0})
     assert quiet.getvalue() == ""
+
+
+def test_console_goes_through_absl_logging_under_absl_app(monkeypatch, caplog):
+    import t5x.training._writers as writers
+
+    monkeypatch.setattr(writers, "_absl_flags_parsed", lambda: True)  # as under absl's app.run
+    writer = ConsoleWriter(total_steps=4)  # no stream given: absl's handlers decide
+    with caplog.at_level("INFO", logger="absl"):
+        writer.write_scalars(2, {"loss": 1.25})
+    assert [r.getMessage() for r in caplog.records] == ["step 2/4 | loss 1.2500"]
 
 
 def test_console_progress_line_on_terminal():

@@ -16,6 +16,7 @@ from t5x.launch._errors import ConfigurationError, UserError
 from t5x.launch._eval_job import evaluate
 from t5x.launch._gin_config import GinArgs, GinConfigError, GinExtension, parse_gin, split_gin_flags
 from t5x.launch._infer_job import infer
+from t5x.launch._interactive import InteractiveModel
 from t5x.launch._jobs import JobResult, load_initial_params, train
 from t5x.launch._lm_eval_registration import LM_EVAL_MODEL_NAME, register_lm_eval_model
 from t5x.launch._local import run_local
@@ -51,6 +52,7 @@ __all__ = [
     "GinArgs",
     "GinConfigError",
     "GinExtension",
+    "InteractiveModel",
     "JobResult",
     "ModelDirInUseError",
     "Preempted",

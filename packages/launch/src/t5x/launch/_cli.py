@@ -162,10 +162,13 @@ def _compilation_cache_dir() -> pathlib.Path | None:
 
 def _use_compilation_cache() -> None:
     """Lets train load the programs precompile compiled (JAX's persistent compilation cache)."""
+    import gin
+
     from t5x.launch._precompile import enable_compilation_cache
 
     directory = _compilation_cache_dir()
-    if directory is not None and (directory.is_dir() or macro_value("COMPILATION_CACHE_DIR") is not None):
+    configured = macro_value("COMPILATION_CACHE_DIR") not in (None, gin.REQUIRED)
+    if directory is not None and (configured or directory.is_dir()):
         enable_compilation_cache(directory)
 
 
@@ -773,6 +776,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv is None:
             restart_with_malloc_defaults()
         add_xla_defaults(os.environ)
+        if argv is None:  # this program's own stderr (not an in-process caller's): see t5x.launch._quiet
+            from t5x.launch._quiet import add_quiet_defaults, filter_startup_noise
+
+            add_quiet_defaults(os.environ)
+            filter_startup_noise()
     argv = words
     launcher = command_at < len(argv) and argv[command_at] in ("local", "tpu", "cache-tasks")
     rest, bindings = (argv, []) if launcher else split_gin_flags(argv)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import math
 import os
 import socket
@@ -126,13 +127,33 @@ def _compact(value: float) -> str:
     return f"{value:.1f}"
 
 
+def _absl_flags_parsed() -> bool:
+    """Whether the program runs under absl's ``app.run`` (its logging flags then decide)."""
+    try:
+        from absl import flags
+    except ImportError:
+        return False
+    return flags.FLAGS.is_parsed()
+
+
+def _log_record(message: str) -> logging.LogRecord:
+    # Named after this module and ConsoleWriter's write, as a logging call here would be.
+    return logging.LogRecord("t5x.training", logging.INFO, __file__, _LOG_LINE, message, None, None)
+
+
 class ConsoleWriter(_Writer):
     """Training progress: step, loss, learning rate, tokens/s (or steps/s) and ETA.
 
     Prints only on process 0. On a terminal it is one live line, rewritten in
-    place; when ``stream`` is not a terminal (nohup, SLURM, CI logs) each write
+    place. When ``stream`` is not a terminal (nohup, SLURM, CI logs) each write
     of training scalars (those with a ``loss``, once per log period) is one
-    plain, flushed line, so a log shows progress as it goes.
+    log line in absl-py's format, flushed, so a log shows progress as it goes::
+
+        I1202 18:40:00.123456 140231 _writers.py:212] step 200/1000 | loss 2.3 | ...
+
+    Under absl's ``app.run`` (its flags parsed) and with no ``stream`` given,
+    the line goes through ``absl.logging`` itself, so ``--log_dir``,
+    ``--logtostderr`` and the verbosity flags apply.
 
     Args:
       total_steps: for the ETA and ``step/total``.
@@ -145,6 +166,7 @@ class ConsoleWriter(_Writer):
     ):
         super().__init__()
         self.total_steps = total_steps
+        self._to_absl = stream is None and _absl_flags_parsed()
         self.stream = stream if stream is not None else sys.stderr
         isatty = getattr(self.stream, "isatty", None)
         self.active = _is_primary(is_primary)
@@ -180,8 +202,16 @@ class ConsoleWriter(_Writer):
             self.stream.write("\r\x1b[2K" + line)
             self.stream.flush()
         elif self.active and "loss" in scalars:  # evaluation scalars alone make no progress line
-            self.stream.write(line + "\n")
-            self.stream.flush()
+            self._log(line)
+
+    def _log(self, line: str) -> None:
+        from absl import logging as absl_logging
+
+        if self._to_absl:
+            absl_logging.info("%s", line)
+            return
+        self.stream.write(absl_logging.PythonFormatter().format(_log_record(line)) + "\n")
+        self.stream.flush()
 
     def write_texts(self, step: int, texts: Mapping[str, str]) -> None:
         self._check_open()
@@ -199,6 +229,9 @@ class ConsoleWriter(_Writer):
             self.stream.write("\n")
             self.stream.flush()
         self._closed = True
+
+
+_LOG_LINE = ConsoleWriter._log.__code__.co_firstlineno
 
 
 class MultiWriter(_Writer):
