@@ -294,7 +294,9 @@ def restore_initial_state(trainer: Any, cfg: RestoreCheckpointConfig) -> int | N
     reader = Checkpointer(model_dir, restore_dtype=cfg.dtype, async_save=False)
     stored = {name: leaf for name, leaf in _flat_names(reader.restore(step, lazy=True).state).items()}
     rules = [(pattern, replacement) for pattern, replacement in (cfg.assignment_map or ())]
-    fresh, missing_params, missing_slots = [], [], []
+    fresh: list[str] = []
+    missing_params: list[str] = []
+    missing_slots: list[str] = []
     for name, leaf in _flat_names(trainer.state.state_dict()).items():
         key: str | None = name
         for pattern, replacement in rules:

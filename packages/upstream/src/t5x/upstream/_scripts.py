@@ -239,7 +239,7 @@ def _restore_config(restore: utils.RestoreCheckpointConfig) -> launch.RestoreChe
     return launch.RestoreCheckpointConfig(
         path=paths[0] if len(paths) == 1 else paths,
         mode=restore.mode,
-        assignment_map=[tuple(rule) for rule in restore.assignment_map] if restore.assignment_map else None,
+        assignment_map=[(str(p), r) for p, r in restore.assignment_map] if restore.assignment_map else None,
         strict=restore.strict,
         fallback_to_scratch=restore.fallback_to_scratch,
         dtype=restore.dtype,
