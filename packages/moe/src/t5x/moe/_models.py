@@ -195,7 +195,9 @@ class MoeEncoderDecoderModel(_MoeLoss, EncoderDecoderModel):
 
     def flops_per_token(self, model_feature_lengths: Mapping[str, int]) -> float:
         """Training FLOPs per token counting only the active experts (and the routers)."""
-        dense = encoder_decoder_flops_per_token(dense_twin(self.config), model_feature_lengths)
+        twin = dense_twin(self.config)
+        assert isinstance(twin, T5Config)
+        dense = encoder_decoder_flops_per_token(twin, model_feature_lengths)
         lengths = dict(model_feature_lengths)
         stacks = {"encoder": "encoder_input_tokens", "decoder": "decoder_target_tokens"}
         if "decoder_target_tokens" not in lengths:
@@ -266,7 +268,9 @@ class MoeDecoderOnlyModel(_MoeLoss, DecoderOnlyModel):
 
     def flops_per_token(self, model_feature_lengths: Mapping[str, int]) -> float:
         """Training FLOPs per token counting only the active experts (and the routers)."""
-        dense = decoder_only_flops_per_token(dense_twin(self.config), model_feature_lengths)
+        twin = dense_twin(self.config)
+        assert isinstance(twin, DecoderOnlyConfig)
+        dense = decoder_only_flops_per_token(twin, model_feature_lengths)
         lengths = dict(model_feature_lengths)
         feature = next(
             (k for k in ("decoder_target_tokens", "decoder_input_tokens", "targets") if k in lengths), None

@@ -264,14 +264,17 @@ class MoeEncoderDecoderTransformer(EncoderDecoderTransformer):
         self.token_embedder = Embed(
             cfg.vocab_size, cfg.emb_dim, dtype=cfg.dtype, matmul_dtype=cfg.matmul_dtype, name="token_embedder"
         )
-        self.encoder = MoeEncoder(config=cfg, shared_embedding=self.token_embedder)
-        self.decoder = MoeDecoder(config=cfg, shared_embedding=self.token_embedder, cross_attention=True)
+        # The dense class annotates these as its own stacks; the MoE stacks are called the same way.
+        self.encoder = MoeEncoder(config=cfg, shared_embedding=self.token_embedder)  # type: ignore[assignment]
+        self.decoder = MoeDecoder(  # type: ignore[assignment]
+            config=cfg, shared_embedding=self.token_embedder, cross_attention=True
+        )
 
 
 class MoeDecoderOnlyTransformer(DecoderOnlyTransformer):
     """``DecoderOnlyTransformer`` with an MoE decoder; every parameter under ``decoder/``."""
 
     def setup(self) -> None:
-        self.decoder = MoeDecoder(
+        self.decoder = MoeDecoder(  # type: ignore[assignment]
             config=self.config, shared_embedding=None, cross_attention=False, name="decoder"
         )
