@@ -105,3 +105,19 @@ def test_checkpoint_save_restore_reshard(setup, tmp_path, devices):
     wi = flat_b[("encoder", "layers_1", "mlp", "expert", "wi", "kernel")]
     assert tuple(wi.sharding.spec)[:3] == ("expert", None, "model")
     assert isinstance(other, PjitPartitioner)
+
+
+def test_t5x_training_trains_the_moe_model_expert_parallel(setup, random_batch, devices):
+    import optax
+
+    from t5x.training import Trainer, init_train_state
+
+    model = setup[0]
+    partitioner = MoePjitPartitioner(num_expert_partitions=4, devices=devices)
+    init = init_train_state(model, optax.adam(1e-2), partitioner, SHAPES)
+    trainer = Trainer(model, partitioner, init.state, init.shardings)
+    batch = random_batch(9)
+    losses = [float(trainer.train_step(batch)["loss"]) for _ in range(4)]
+    metrics = trainer.train_step(batch)
+    assert float(metrics["loss"]) < losses[0]
+    assert "experts/auxiliary_loss" in metrics and "experts/fraction_tokens_left_behind" in metrics
