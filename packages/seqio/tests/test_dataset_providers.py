@@ -39,8 +39,15 @@ def test_task_registered_through_seqio_is_a_core_task(clean_registry):
         task.get_dataset(None, shuffle=False).map(lambda x: {"targets": x["targets"]}),
         [{"targets": [102, 1]}, {"targets": [105, 106, 1]}, {"targets": [108, 109, 1]}],
     )
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(ValueError, match="Attempting to register duplicate provider: dp_task"):
         _add("dp_task")
+    # seqio's name rule: '#' is allowed, '/' is not (the core's Task accepts '/').
+    assert _add("dp#hash").name == "dp#hash"
+    with pytest.raises(ValueError, match="Task name 'dp/slash' contains invalid characters"):
+        _add("dp/slash")
+    with pytest.raises(ValueError, match="can appear at most once"):
+        seqio.Task("two_placeholders", _function_source(), FEATURES,
+                   preprocessors=[seqio.CacheDatasetPlaceholder(), seqio.CacheDatasetPlaceholder()])  # fmt: skip
 
 
 def test_unknown_names_raise_value_error_and_key_error():
@@ -62,7 +69,9 @@ def test_function_source_is_called_with_keywords_and_checked():
     source.get_dataset("train", shuffle=False)
     assert calls == [("train", False)] and source.num_input_examples("train") == 1
     assert source.caching_permitted and source.list_shards("train") == ["train"]
-    with pytest.raises(ValueError, match="split, shuffle_files"):
+    with pytest.raises(
+        ValueError, match=r"must have initial args \('split', 'shuffle_files'\), got: \('shuffle', 'split'\)"
+    ):
         seqio.FunctionDataSource(lambda shuffle, split: None, splits=["train"])
 
 
@@ -222,7 +231,7 @@ def test_continuous_feature_and_cache_placeholder():
     assert placeholder.required and placeholder.file_shuffle_buffer_size == 16
     with pytest.raises(RuntimeError, match="never be called"):
         placeholder(tf.data.Dataset.range(1))
-    with pytest.raises(ValueError, match="does not permit caching"):
+    with pytest.raises(ValueError, match="the underlying data source prohibits caching"):
         seqio.Task(
             "no_cache", _function_source(caching_permitted=False), FEATURES, preprocessors=[placeholder]
         )
@@ -236,7 +245,7 @@ def test_task_replace_keeps_the_rest():
         and copy.shuffle_buffer_size == 7
         and copy.preprocessors == task.preprocessors
     )
-    with pytest.raises(ValueError, match="unknown arguments"):
+    with pytest.raises(ValueError, match="Expected keys of kwargs argument task.replace.*'bogus'"):
         task.replace(bogus=1)
 
 

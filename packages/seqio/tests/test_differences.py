@@ -176,8 +176,31 @@ def test_evaluator_core_calls_per_batch_facade_once_per_task(clean_registry):
         batch_sizes.append(-len(list(ds)))
         return [(int(i), ex["decoder_target_tokens"]) for i, ex in ds.as_numpy_iterator()]
 
-    future, tokens, _ = seqio.Evaluator("diff_eval", converter).evaluate(
+    future, outputs = seqio.Evaluator("diff_eval", converter).evaluate(
         compute_metrics=True, predict_fn=seqio_predict
     )
     assert batch_sizes[-1] == -3 and future.result()["diff_eval"] == {"acc": 1.0}
-    assert len(tokens["diff_eval"]) == 3
+    assert len(outputs["diff_eval"][seqio.metrics.ModelOutputType.PREDICTION]) == 3
+
+
+def test_autoregressive_inputs_rank2_core_shifts_rows_facade_shifts_first_axis():
+    x = tf.constant([[3, 8, 1], [9, 5, 2]])
+    from t5x.feature_converters import make_autoregressive_inputs as core_shift
+
+    np.testing.assert_array_equal(core_shift(x), [[0, 3, 8], [0, 9, 5]])  # a batch of sequences
+    np.testing.assert_array_equal(seqio.utils.make_autoregressive_inputs(x), [[0, 0, 0], [3, 8, 1]])
+
+
+def test_list_files_core_relists_facade_lists_each_pattern_once(tmp_path):
+    from t5x.tasks.seqio_extras import list_files as core_list_files
+
+    (tmp_path / "b.txt").write_text("x")
+    pattern = str(tmp_path / "*.txt")
+    assert core_list_files(pattern) == seqio.list_files(pattern) == [str(tmp_path / "b.txt")]
+    (tmp_path / "a.txt").write_text("x")
+    assert core_list_files(pattern) == [str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]
+    assert seqio.list_files(pattern) == [str(tmp_path / "b.txt")]  # listed once per process, as seqio
+    assert seqio.list_files([str(tmp_path / "z@2"), pattern]) == [
+        str(tmp_path / "z@2"),
+        str(tmp_path / "b.txt"),
+    ]

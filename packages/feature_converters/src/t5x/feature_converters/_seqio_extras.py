@@ -36,7 +36,7 @@ class _PassThrough:
     def _init_passthrough(self, passthrough_features: Mapping[str, Any] | None) -> None:
         self._passthrough_features = dict(passthrough_features or {})
         if self._passthrough_features and self.pack:  # type: ignore[attr-defined]
-            raise ValueError(f"{type(self).__name__}: packing is incompatible with pass-through features")
+            raise ValueError(f"{type(self).__name__}: Packing is incompatible with pass-through features.")
         for name, spec in self._passthrough_features.items():
             if getattr(spec, "rank", 1) != 1:
                 raise ValueError(f"{type(self).__name__}: pass-through feature {name!r} must be rank 1")
@@ -164,7 +164,7 @@ class DecoderFeatureConverter(_c.DecoderFeatureConverter):
     ):
         super().__init__(loss_on_targets_only=loss_on_targets_only, **kwargs)
         if passthrough_features and self.pack:
-            raise ValueError("DecoderFeatureConverter: packing is incompatible with pass-through features")
+            raise ValueError("DecoderFeatureConverter: Packing is incompatible with pass-through features.")
         self.prefixlm_feature_converter = PrefixLMFeatureConverter(
             loss_on_targets_only=loss_on_targets_only, passthrough_features=passthrough_features, **kwargs
         )

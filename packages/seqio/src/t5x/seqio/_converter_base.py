@@ -35,7 +35,7 @@ def _exact_match(
         )
     if missing:
         raise ValueError(
-            f"The {actual_name} is missing features specified in the {expected_name}: {sorted(missing)}"
+            f"The {actual_name} is missing features specified in the {expected_name}: {set(missing)}"
         )
 
 
@@ -74,7 +74,7 @@ class FeatureConverter(metaclass=abc.ABCMeta):
         if pack and getattr(self, "PACKING_FEATURE_DTYPES", None) is None:
             raise ValueError(f"{type(self).__name__}: PACKING_FEATURE_DTYPES must be defined when pack=True")
         if passthrough_features and pack:
-            raise ValueError(f"{type(self).__name__}: packing is incompatible with pass-through features")
+            raise ValueError("Packing is incompatible with pass-through features.")
         self._passthrough_features = dict(passthrough_features or {})
 
     @property
@@ -144,7 +144,8 @@ class FeatureConverter(metaclass=abc.ABCMeta):
             for name, spec in expected.items():
                 if spec.rank != 1 and not self._use_custom_packing_ops:
                     raise ValueError(
-                        f"{type(self).__name__}: packing needs rank-1 features; {name!r} has rank {spec.rank}"
+                        "When packing is enabled, expected ranks must be 1 or use_custom_packing_ops must be "
+                        f"set. Got expected rank {spec.rank} for feature {name}."
                     )
             expected.update({k: _Spec(dtype=v) for k, v in self.PACKING_FEATURE_DTYPES.items()})
         model_lengths = self.get_model_feature_lengths(task_feature_lengths)

@@ -22,6 +22,7 @@ def _task_args(task: _core.Task) -> dict[str, Any]:
         "postprocess_fn": task._postprocess_fn,
         "metric_fns": task._metric_fns,
         "shuffle_buffer_size": task.shuffle_buffer_size,
+        "source_info": getattr(task, "source_info", None),
     }
 
 
@@ -35,9 +36,15 @@ def _derive(name: str, new_name: str, make_task: Any, register: bool) -> Any:
     entries = []
     for item, rate in provider._entries:
         sub_name = f"{new_name}.{item.name}"
-        _derive(item.name, sub_name, make_task, register=True)  # the new mixture refers to them by name
-        entries.append((sub_name, rate))
-    mixture = dp.Mixture(new_name, entries, sample_fn=getattr(provider, "_sample_fn", None))
+        # Registered copies are referred to by name; unregistered ones are held as objects.
+        sub = _derive(item.name, sub_name, make_task, register=register)
+        entries.append((sub_name if register else sub, rate))
+    mixture = dp.Mixture(
+        new_name,
+        entries,
+        sample_fn=getattr(provider, "_sample_fn", None),
+        source_info=getattr(provider, "source_info", None),
+    )
     if register:
         dp.MixtureRegistry.add_provider(new_name, mixture)
     return mixture
@@ -50,14 +57,16 @@ def mixture_or_task_with_new_vocab(
     new_vocab: Any = None,
     new_output_features: Mapping[str, Any] | None = None,
     add_to_seqio_registry: bool = True,
+    validate_features: bool = True,
 ) -> Any:
     """A copy of a registered Task/Mixture whose features use ``new_vocab`` (or ``new_output_features``).
 
     A mixture's tasks are copied and registered as ``<new name>.<task name>``.
+    ``validate_features=False`` lets ``new_output_features`` change dtype and rank.
 
     Raises:
       ValueError: both or neither of ``new_vocab`` / ``new_output_features``; or
-        new features with other names, dtype or rank than the original's.
+        new features with other names, or (when validating) dtype or rank than the original's.
     """
     if (new_vocab is None) == (new_output_features is None):
         raise ValueError(
@@ -74,7 +83,7 @@ def mixture_or_task_with_new_vocab(
                 raise ValueError(
                     f"new_output_features names {sorted(features)}, the original task {task.name!r} has {sorted(old)}"
                 )
-            for k, f in features.items():
+            for k, f in features.items() if validate_features else ():
                 for field in _KEPT_FIELDS:
                     if getattr(f, field) != getattr(old[k], field):
                         raise ValueError(
@@ -130,3 +139,32 @@ def mixture_or_task_with_truncated_data(
         return dp.Task(new_name, **{**_task_args(task), "source": source})
 
     return _derive(mixture_or_task_name, new_mixture_or_task_name, make_task, add_to_seqio_registry)
+
+
+def mixture_with_missing_task_splits_removed(
+    mixture_name: str,
+    split: str,
+    new_mixture_name: str,
+    *,
+    add_to_seqio_registry: bool = True,
+) -> Any:
+    """A copy of a registered mixture keeping only the (leaf) tasks that have ``split``, at their rates.
+
+    Raises:
+      ValueError: none of the mixture's tasks has ``split``.
+    """
+    mixture = dp.get_mixture_or_task(mixture_name)
+    entries = [(t.name, mixture.get_rate(t)) for t in mixture.tasks if split in t.splits]
+    if not entries:
+        raise ValueError(
+            f"mixture_with_missing_task_splits_removed: no task of {mixture_name!r} has split {split!r}"
+        )
+    new = dp.Mixture(
+        new_mixture_name,
+        entries,
+        sample_fn=getattr(mixture, "_sample_fn", None),
+        source_info=getattr(mixture, "source_info", None),
+    )
+    if add_to_seqio_registry:
+        dp.MixtureRegistry.add_provider(new_mixture_name, new)
+    return new

@@ -91,6 +91,28 @@ class DataSource(_core.DataSource):
         return self._num_input_examples.get(split)
 
 
+class DatasetFnCallable(typing.Protocol):
+    """What FunctionDataSource calls: ``fn(split, shuffle_files, seed=None) -> tf.data.Dataset``."""
+
+    def __call__(self, split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset: ...
+
+
+_REQUIRED_ARGS = ("split", "shuffle_files")
+
+
+def _check_dataset_fn(fn: Callable[..., Any]) -> None:
+    """seqio's rule: the positional arguments start with ``(split, shuffle_files)``; others have defaults."""
+    name = getattr(fn, "__name__", type(fn).__name__)
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    positional = [p for p in inspect.signature(fn).parameters.values() if p.kind in kinds]
+    names = tuple(p.name for p in positional)
+    if names[:2] != _REQUIRED_ARGS:
+        raise ValueError(f"'{name}' must have initial args {_REQUIRED_ARGS}, got: {names}")
+    if any(p.default is inspect.Parameter.empty for p in positional[2:]):
+        required = tuple(p.name for p in positional if p.default is inspect.Parameter.empty)
+        raise ValueError(f"'{name}' may only have positional args {_REQUIRED_ARGS}, got: {required}")
+
+
 class FunctionDataSource(_CoreFunctionDataSource):
     """Examples from ``dataset_fn(split=..., shuffle_files=...[, seed=...])``, as seqio calls it."""
 
@@ -101,11 +123,7 @@ class FunctionDataSource(_CoreFunctionDataSource):
         num_input_examples: Mapping[str, int] | None = None,
         caching_permitted: bool = True,
     ):
-        params = list(inspect.signature(dataset_fn).parameters)
-        if params[:2] != ["split", "shuffle_files"]:
-            raise ValueError(
-                f"FunctionDataSource: dataset_fn must take (split, shuffle_files[, seed]) first, got {params}"
-            )
+        _check_dataset_fn(dataset_fn)
         super().__init__(dataset_fn, list(splits), num_input_examples)
         self._caching_permitted = caching_permitted
 
@@ -129,7 +147,23 @@ class FunctionDataSource(_CoreFunctionDataSource):
         return self._fn(split=split, shuffle_files=shuffle, seed=seed)
 
 
-class FileDataSource(_core.FileDataSource):
+class _SeqioFileRepr:
+    """seqio's ``str`` (the patterns) and ``repr`` (every constructor argument) of file sources."""
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}({self._split_to_filepattern})"  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(split_to_filepattern={self._split_to_filepattern},"  # type: ignore[attr-defined]
+            f" num_input_examples={self._num_input_examples or None},"  # type: ignore[attr-defined]
+            f" caching_permitted={self.caching_permitted},"  # type: ignore[attr-defined]
+            f" file_shuffle_buffer_size={getattr(self, '_file_shuffle_buffer_size', None)},"
+            f" cycle_length={self._cycle_length}, block_length={self._block_length})"  # type: ignore[attr-defined]
+        )
+
+
+class FileDataSource(_SeqioFileRepr, _core.FileDataSource):
     """Examples read by ``read_file_fn(path)`` from the files each split's pattern matches.
 
     Shards by files only (seqio's rule): fewer files than shards is an error
@@ -226,33 +260,94 @@ class TFExampleDataSource(FileDataSource):
         super().__init__(
             read, split_to_filepattern, num_input_examples, caching_permitted, file_shuffle_buffer_size
         )
+        self._feature_description = description
+
+    def __str__(self) -> str:
+        return (
+            f"{type(self).__name__}(split_to_filepattern={self._split_to_filepattern},"
+            f" feature_description={self._feature_description})"
+        )
 
 
-class ProtoDataSource(_CoreProtoDataSource):
+class ProtoDataSource(_SeqioFileRepr, _CoreProtoDataSource):
     """Records of any proto, decoded by ``decode_proto_fn``."""
 
+    def __init__(
+        self,
+        split_to_filepattern: Mapping[str, str | Iterable[str]],
+        decode_proto_fn: Callable[..., Mapping[str, Any]],
+        reader_cls: Callable[[Any], tf.data.Dataset] = tf.data.TFRecordDataset,
+        num_input_examples: Mapping[str, int] | None = None,
+        caching_permitted: bool = True,
+        file_shuffle_buffer_size: int | None = None,
+    ):
+        super().__init__(
+            split_to_filepattern, decode_proto_fn, reader_cls, num_input_examples, caching_permitted
+        )
+        self._split_to_filepattern = dict(split_to_filepattern)
+        self._file_shuffle_buffer_size = file_shuffle_buffer_size
 
-class TfdsDataSource(_core.TfdsDataSource):
-    """A TFDS dataset (``"name/config:version"``), with seqio's ``caching_permitted`` and ``decoders``.
 
-    ``decoders`` is accepted for signature compatibility and not passed to TFDS.
+class TfdsDataSource(DataSource):
+    """A TFDS dataset (``"name/config:version"``), read through ``seqio.utils.LazyTfdsLoader``.
+
+    As seqio's: the loader is looked up in ``seqio.utils`` when the source is
+    made (tests patch it there), ``splits`` may map our split names to TFDS
+    splits (or to ``TfdsSplit`` values naming other datasets), and TFDS may
+    download what is not prepared. The core's ``t5x.tasks.TfdsDataSource``
+    never downloads.
     """
 
     def __init__(
         self,
-        tfds_name: str,
+        tfds_name: str | None = None,
         tfds_data_dir: str | None = None,
-        splits: Any = None,
+        splits: Iterable[str] | Mapping[str, Any] | None = None,
         caching_permitted: bool = True,
         decoders: Any = None,
+        builder_kwargs: Mapping[str, Any] | None = None,
     ):
-        super().__init__(tfds_name, tfds_data_dir=tfds_data_dir, splits=splits)
-        self._caching_permitted = caching_permitted
-        self._decoders = decoders
+        from t5x.seqio import utils
+
+        split_map = dict(splits) if isinstance(splits, Mapping) else None
+        if split_map is None and splits is not None:
+            split_map = {s: s for s in splits}
+        self._tfds_dataset = utils.LazyTfdsLoader(
+            tfds_name,
+            data_dir=tfds_data_dir,  # the loader applies set_tfds_data_dir_override itself
+            split_map=split_map,
+            decoders=decoders,
+            builder_kwargs=builder_kwargs,
+        )
+        # Without a split list the splits are the dataset's own, known once TFDS is asked.
+        super().__init__(splits=tuple(split_map) if split_map else (), caching_permitted=caching_permitted)
+        self._splits_given = split_map is not None
 
     @property
-    def caching_permitted(self) -> bool:
-        return self._caching_permitted
+    def splits(self) -> tuple[str, ...]:
+        if self._splits_given:
+            return self._splits
+        return tuple(self._tfds_dataset.info.splits)
+
+    @property
+    def tfds_dataset(self) -> Any:
+        return self._tfds_dataset
+
+    @property
+    def builder(self) -> Any:
+        return self._tfds_dataset.builder
+
+    def list_shards(self, split: str) -> list[str]:
+        def name(instruction: Any) -> str:
+            return instruction["filename"] if isinstance(instruction, Mapping) else str(instruction)
+
+        return [name(i) for i in self._tfds_dataset.files(split)]
+
+    def num_input_examples(self, split: str) -> int | None:
+        return self._tfds_dataset.size(split)
+
+    def get_dataset(self, split="train", shuffle=True, seed=None, shard_info=None) -> tf.data.Dataset:
+        return self._tfds_dataset.load(split, shuffle_files=shuffle, seed=seed, shard_info=shard_info)
 
 
 class _CachedDataSource(_core.DataSource):

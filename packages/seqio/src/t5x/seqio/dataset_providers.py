@@ -20,6 +20,7 @@ import functools
 import inspect
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -32,6 +33,7 @@ from t5x.seqio import utils
 from t5x.seqio._sources import (  # re-exported: seqio users import them from here
     _BARE,
     CacheDatasetPlaceholder,
+    DatasetFnCallable,
     DataSource,
     DataSourceInterface,
     FileDataSource,
@@ -59,6 +61,8 @@ from t5x.tasks.seqio_extras import (
 
 _log = logging.getLogger("t5x.seqio")
 SHUFFLE_BUFFER_SIZE = 1000
+# seqio's rule for task names ('#' allowed, '/' not; the core also takes '/' and '-').
+_VALID_TASK_NAME = re.compile(r"^[\w\d\.\:_#]+$")
 _MAX_EXAMPLES_TO_MEM_CACHE = 10000
 
 
@@ -71,7 +75,7 @@ class SourceInfo:
     """Where a Task was defined."""
 
     file_path: str
-    line_number: int
+    line_number: int | None = None
 
 
 class DatasetProviderBase(metaclass=abc.ABCMeta):
@@ -118,6 +122,8 @@ class Task(_core.Task):
       source_info: where the task was defined.
     """
 
+    _requires_output_features = False  # seqio registers tasks without features (e.g. raw-data tasks)
+
     def __init__(
         self,
         name: str,
@@ -131,6 +137,15 @@ class Task(_core.Task):
         source_info: SourceInfo | None = None,
     ):
         preps = tuple(preprocessors or ())
+        if not isinstance(name, str) or not _VALID_TASK_NAME.match(name):
+            raise ValueError(
+                f"Task name '{name}' contains invalid characters. Must match regex: {_VALID_TASK_NAME.pattern}"
+            )
+        if sum(isinstance(p, _core.CacheDatasetPlaceholder) for p in preps) > 1:
+            raise ValueError(
+                "`CacheDatasetPlaceholder` can appear at most once in the preprocessing pipeline. "
+                f"Found multiple in '{name}'."
+            )
         super().__init__(
             name,
             source=source,
@@ -147,14 +162,44 @@ class Task(_core.Task):
         )
         if self._cache_step_idx is not None and not getattr(source, "caching_permitted", True):
             raise ValueError(
-                f"Caching was requested for {name!r}, but its data source does not permit caching; "
-                "remove the CacheDatasetPlaceholder"
+                f"Caching was requested for '{name}', but the underlying data source prohibits caching. "
+                "Please remove `CacheDatasetPlaceholder` and try again."
             )
         self._seqio_cache_dir: str | None = None
         self._stats: dict[str, Mapping[str, Any]] = {}
 
     def __str__(self) -> str:
         return f"Task(name={self.name}, source={self.source})"
+
+    def _validate_preprocessors(self) -> None:
+        """Refuses a preprocessor taking ``sequence_length`` before the cache placeholder (seqio's rule).
+
+        Lengths are given when the dataset is read, after the cache; seeded ones
+        there only get a warning (each epoch then reads the same draws).
+        """
+        if self._cache_step_idx is None or getattr(self, "_preprocessors_checked", False):
+            return
+        for prep in self.preprocessors[: self._cache_step_idx]:
+            try:
+                args = inspect.signature(prep).parameters
+            except (TypeError, ValueError):
+                continue
+            name = getattr(prep, "__name__", None) or getattr(
+                getattr(prep, "func", None), "__name__", repr(prep)
+            )
+            if "sequence_length" in args:
+                raise ValueError(
+                    f"'{name}' has a `sequence_length` argument but occurs before `CacheDatasetPlaceholder` in "
+                    f"'{self.name}'. This is not allowed since the sequence length is specified at run time."
+                )
+            if "seed" in args or "seeds" in args:
+                _log.warning(
+                    "%r has a seed(s) argument but comes before CacheDatasetPlaceholder in %r: every epoch "
+                    "read from the cache sees the same draws",
+                    name,
+                    self.name,
+                )
+        self._preprocessors_checked = True
 
     # ---- metrics (validated lazily, like seqio) ----
     @functools.cached_property
@@ -212,7 +257,8 @@ class Task(_core.Task):
         unknown = set(kwargs) - allowed
         if unknown:
             raise ValueError(
-                f"Task.replace: unknown arguments {sorted(unknown)}; expected some of {sorted(allowed)}"
+                f"Expected keys of kwargs argument task.replace to be one of {sorted(allowed)}. However, "
+                f"there were keys in kwargs that are not in this set: {unknown}"
             )
         current: dict[str, Any] = {
             "name": self.name,
@@ -254,7 +300,7 @@ class Task(_core.Task):
         return self._seqio_cache_dir
 
     def assert_cached(self) -> None:
-        assert self.cache_dir, f"{self.name!r} does not exist in any of the task cache directories"
+        assert self.cache_dir, f"{self.name!r} does not exist in any of the task cache directories."
 
     def get_cached_stats(self, split: str = "train") -> Mapping[str, Any]:
         """The cached split's ``stats.<split>.json``.
@@ -400,11 +446,12 @@ class Task(_core.Task):
         try_in_mem_cache: bool = True,
     ) -> tf.data.Dataset:
         """The task's examples, from the offline cache or preprocessed on the fly (seqio's rules)."""
+        self._validate_preprocessors()
         if use_cached and not self.supports_caching:
             _log.warning("Task %r does not support caching; preprocessing on the fly", self.name)
             use_cached = False
         elif self.requires_caching and not use_cached:
-            raise ValueError(f"Task {self.name!r} requires caching, but was called with use_cached=False")
+            raise ValueError(f"Task {self.name!r} requires caching, but was called with `use_cached=False`.")
         source: _core.DataSource = self._get_cached_source(split) if use_cached else self.source
         if split not in source.splits:
             raise ValueError(
@@ -429,12 +476,15 @@ class Task(_core.Task):
         if trim_output_features:
             ds = trim_dataset(ds, sequence_length, self.output_features)
         if shuffle:
-            if self._shuffle_buffer_size is None:
+            if getattr(source, "_performs_internal_shuffling", False):
+                pass  # the source shuffles (as seqio lets a source say); no second buffer
+            elif self._shuffle_buffer_size is None:
                 raise ValueError(
-                    f"Shuffling is disallowed for Task {self.name!r} since its shuffle_buffer_size was set "
-                    "to None on construction"
+                    f"Shuffling is disallowed for Task {self.name!r} since its `shuffle_buffer_size` was set "
+                    "to `None` on construction."
                 )
-            ds = ds.shuffle(shuffle_buffer_size or self._shuffle_buffer_size, seed=seed)
+            else:
+                ds = ds.shuffle(shuffle_buffer_size or self._shuffle_buffer_size, seed=seed)
         return ds.prefetch(tf.data.AUTOTUNE)
 
 
@@ -468,8 +518,18 @@ class _SharedRegistryMeta(type):
         super().__setattr__(name, value)
 
 
+def _refuse_duplicate(registry: Any, name: str) -> None:
+    if name in registry._REGISTRY:
+        raise ValueError(f"Attempting to register duplicate provider: {name}")
+
+
 class TaskRegistry(_core.TaskRegistry, metaclass=_SharedRegistryMeta):
     """The global task registry (the core's): ``add`` takes seqio's arguments."""
+
+    @classmethod
+    def add_provider(cls, name: str, provider: Any) -> Any:  # type: ignore[override]
+        _refuse_duplicate(cls, name)
+        return super().add_provider(name, provider)
 
     @classmethod
     def add(  # type: ignore[override]
@@ -534,6 +594,11 @@ class Mixture(_core.Mixture):
         return {item.name: rate for item, rate in self._entries}
 
     @property
+    def rate_per_task_name(self) -> dict[str, Any]:
+        """Entry (task or sub-mixture) name -> its rate, as given."""
+        return self._task_to_rate
+
+    @property
     def total_rate(self) -> float:
         return sum(self.get_rate(t) for t in self.tasks)
 
@@ -570,6 +635,11 @@ class Mixture(_core.Mixture):
 
 class MixtureRegistry(_core.MixtureRegistry, metaclass=_SharedRegistryMeta):
     """The global mixture registry (the core's), building seqio-style Mixtures."""
+
+    @classmethod
+    def add_provider(cls, name: str, provider: Any) -> Any:  # type: ignore[override]
+        _refuse_duplicate(cls, name)
+        return super().add_provider(name, provider)
 
     @classmethod
     def add(  # type: ignore[override]
@@ -659,6 +729,7 @@ __all__ = [
     "CacheDatasetPlaceholder",
     "ContinuousFeature",
     "DataSource",
+    "DatasetFnCallable",
     "DataSourceInterface",
     "DatasetProviderBase",
     "DatasetProviderRegistry",

@@ -3,29 +3,31 @@
 
 ``assert_dataset``, ``create_default_dataset``, ``DataInjector``,
 ``test_preprocessing[_single]``, ``test_postprocessing``, ``test_task``,
-``FakeTaskTest`` (a ``unittest.TestCase`` with clean registries and
-``add_task``), the toy preprocessors seqio's tests use, ``MockVocabulary``.
-seqio's bundled test data (its SentencePiece model, the fake TFDS files) is
-not shipped: ``sentencepiece_vocab`` reads the model from
-``$SEQIO_TEST_DATA_DIR/sentencepiece/sentencepiece.model`` when that is set.
+``FakeTaskTest`` / ``FakeMixtureTest`` (seqio's fake tasks and sources on fake
+data, with clean registries), ``get_fake_dataset``, the toy preprocessors
+seqio's tests use, ``MockVocabulary``, ``sentencepiece_vocab``.
+seqio's bundled test data is not shipped: the SentencePiece model is read from
+a seqio ``test_data`` folder when one is found (``$SEQIO_TEST_DATA_DIR``, or
+next to the running test file), else a small one is trained on the fake texts
+(token ids then differ from seqio's model). See ``_fake_tasks``.
 """
 
 from __future__ import annotations
 
 import os
 import unittest
+import unittest.mock
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from t5x.seqio import dataset_providers, feature_converters, preprocessors, utils, vocabularies
+from t5x.seqio import _fake_tasks, dataset_providers, feature_converters, preprocessors, utils, vocabularies
 from t5x.seqio.evaluation import Evaluator
 
 TaskRegistry = dataset_providers.TaskRegistry
 MixtureRegistry = dataset_providers.MixtureRegistry
-TEST_DATA_DIR = os.environ.get("SEQIO_TEST_DATA_DIR", "")
 
 
 def _as_bytes(value: Any) -> Any:
@@ -350,19 +352,9 @@ def sentencepiece_vocab(
     reverse_extra_ids: bool = True,
     use_fast_tokenizer: bool = False,
 ) -> vocabularies.SentencePieceVocabulary:
-    """seqio's test SentencePiece model, from ``$SEQIO_TEST_DATA_DIR``.
-
-    Raises:
-      FileNotFoundError: SEQIO_TEST_DATA_DIR is unset or lacks sentencepiece/sentencepiece.model.
-    """
-    path = os.path.join(TEST_DATA_DIR, "sentencepiece", "sentencepiece.model")
-    if not TEST_DATA_DIR or not os.path.exists(path):
-        raise FileNotFoundError(
-            "sentencepiece_vocab needs seqio's test model: set SEQIO_TEST_DATA_DIR to a folder holding "
-            f"sentencepiece/sentencepiece.model (looked for {path!r})"
-        )
+    """The test SentencePiece model: seqio's when its test data is found, else one trained on the fake texts."""
     return vocabularies.SentencePieceVocabulary(
-        path,
+        _fake_tasks.sentencepiece_model_file(),
         extra_ids=extra_ids,
         normalizer_spec_overrides=normalizer_spec_overrides,
         reverse_extra_ids=reverse_extra_ids,
@@ -387,12 +379,35 @@ def clear_mixtures() -> None:
     MixtureRegistry.reset()
 
 
-class FakeTaskTest(unittest.TestCase):
-    """A TestCase whose registries start empty, with ``add_task`` and a temporary folder.
+try:
+    from absl.testing import absltest
 
-    seqio's version also registers fake tasks built on its bundled test data;
-    that data is not shipped, so tests relying on those fake tasks need
-    ``SEQIO_TEST_DATA_DIR`` and their own set-up.
+    _TestCase: type = absltest.TestCase
+except ImportError:  # absl comes with TensorFlow; without it the plain TestCase still works
+    _TestCase = unittest.TestCase
+
+
+class _DefaultOutputFeatures:
+    """``FakeTaskTest.DEFAULT_OUTPUT_FEATURES``, built on first use (it needs the test model)."""
+
+    def __get__(self, obj: Any, owner: Any) -> dict[str, Any]:
+        vocab = sentencepiece_vocab()
+        return {k: dataset_providers.Feature(vocab) for k in ("inputs", "targets")}
+
+
+class FakeTaskTest(_TestCase):  # type: ignore[misc,valid-type]
+    """A TestCase with seqio's fake sources and tasks registered (and nothing else).
+
+    An ``absltest.TestCase`` (``assertLen``, ``assertSameElements``, ...) as seqio's is.
+
+    Registered: ``tfds_task`` (and ``t5:tfds_task``), ``text_line_task``,
+    ``tf_example_task``, ``proto_task``, ``function_task``,
+    ``fully_processed_precache``, ``tokenized_postcache``, ``random_task``,
+    ``uncached_task``, ``cached_task`` and ``cached_plaintext_task``, on the
+    fake examples of ``get_fake_dataset``; the sources are attributes
+    (``self.tfds_source``, ``self.function_source``, ...). ``LazyTfdsLoader`` is
+    replaced by a fake one and the cache dirs by ``self.test_data_dir`` while a
+    test runs; registries and cache dirs are restored afterwards.
     """
 
     DEFAULT_PREPROCESSORS = (
@@ -401,6 +416,7 @@ class FakeTaskTest(unittest.TestCase):
         dataset_providers.CacheDatasetPlaceholder(),
         preprocessors.append_eos_after_trim,
     )
+    DEFAULT_OUTPUT_FEATURES = _DefaultOutputFeatures()
 
     def add_task(
         self,
@@ -410,40 +426,198 @@ class FakeTaskTest(unittest.TestCase):
         output_features: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> Any:
-        if output_features is None:
-            vocab = vocabularies.ByteVocabulary()
-            output_features = {k: dataset_providers.Feature(vocab) for k in ("inputs", "targets")}  # type: ignore[arg-type]
         return TaskRegistry.add(
-            name, source=source, preprocessors=preprocessors, output_features=output_features, **kwargs
+            name,
+            source=source,
+            preprocessors=preprocessors,
+            output_features=output_features or self.DEFAULT_OUTPUT_FEATURES,
+            **kwargs,
         )
 
     def get_tempdir(self) -> str:
+        import shutil
         import tempfile
 
         path = tempfile.mkdtemp()
-        self.addCleanup(__import__("shutil").rmtree, path, True)
+        self.addCleanup(shutil.rmtree, path, True)
         return path
 
     def setUp(self) -> None:
         super().setUp()
         self.maxDiff = None
+        self._saved = (
+            dict(TaskRegistry._REGISTRY),
+            dict(MixtureRegistry._REGISTRY),
+            list(utils.get_global_cache_dirs()),
+        )
+        self._tfds_patch = unittest.mock.patch.object(
+            utils, "LazyTfdsLoader", new=unittest.mock.Mock(return_value=_fake_tasks.FakeLazyTfds())
+        )
+        self._tfds_patch.start()
+        self.addCleanup(self._restore)
         self.test_tmpdir = self.get_tempdir()
-        self.test_data_dir = os.path.join(self.test_tmpdir, "test_data")
-        os.makedirs(self.test_data_dir, exist_ok=True)
-        self._saved = (dict(TaskRegistry._REGISTRY), dict(MixtureRegistry._REGISTRY))
+        self.test_data_dir = _fake_tasks.copy_test_data(self.test_tmpdir)
         clear_tasks()
         clear_mixtures()
+        self._prepare_sources_and_tasks()
 
-    def tearDown(self) -> None:
+    def _restore(self) -> None:
+        self._tfds_patch.stop()
         clear_tasks()
         clear_mixtures()
         TaskRegistry._REGISTRY.update(self._saved[0])
         MixtureRegistry._REGISTRY.update(self._saved[1])
+        utils.set_global_cache_dirs(self._saved[2])
+
+    def _prepare_sources_and_tasks(self) -> None:
+        data = _fake_tasks.fake_datasets()
+        train = data["input"]["train"]
+        join = os.path.join
+
+        self.tfds_source = dataset_providers.TfdsDataSource(
+            tfds_name="fake:0.0.0", splits=("train", "validation")
+        )
+        self.add_task("tfds_task", source=self.tfds_source)
+        self.add_task("t5:tfds_task", source=self.tfds_source)
+
+        _fake_tasks.write_shards(join(self.test_data_dir, "train.tsv"), train, [2, 1], "tsv")
+        self.text_line_source = dataset_providers.TextLineDataSource(
+            split_to_filepattern={"train": join(self.test_data_dir, "train.tsv*")}, skip_header_lines=1
+        )
+        self.add_task(
+            "text_line_task",
+            source=self.text_line_source,
+            preprocessors=(split_tsv_preprocessor, *self.DEFAULT_PREPROCESSORS),
+        )
+
+        text_only = [{"prefix": ex["prefix"], "suffix": ex["suffix"]} for ex in train]
+        _fake_tasks.write_shards(join(self.test_data_dir, "train.tfrecord"), text_only, [2, 1], "tfrecord")
+        description = {
+            "prefix": tf.io.FixedLenFeature([], tf.string),
+            "suffix": tf.io.FixedLenFeature([], tf.string),
+        }
+        self.tf_example_source = dataset_providers.TFExampleDataSource(
+            split_to_filepattern={"train": join(self.test_data_dir, "train.tfrecord*")},
+            feature_description=description,
+        )
+        self.add_task("tf_example_task", source=self.tf_example_source)
+        self.proto_source = dataset_providers.ProtoDataSource(
+            split_to_filepattern={"train": join(self.test_data_dir, "train.tfrecord*")},
+            decode_proto_fn=lambda record: tf.io.parse_single_example(record, description),
+        )
+        self.add_task("proto_task", source=self.proto_source)
+
+        self.function_source = dataset_providers.FunctionDataSource(
+            dataset_fn=_fake_tasks.get_fake_dataset, splits=["train", "validation"]
+        )
+        self.add_task("function_task", source=self.function_source)
+        placeholder = dataset_providers.CacheDatasetPlaceholder()
+        self.add_task(
+            "fully_processed_precache",
+            source=self.function_source,
+            preprocessors=(
+                test_text_preprocessor, preprocessors.tokenize, token_preprocessor_no_sequence_length, placeholder,
+            ),
+        )  # fmt: skip
+        self.add_task(
+            "tokenized_postcache",
+            source=self.function_source,
+            preprocessors=(
+                test_text_preprocessor, placeholder, preprocessors.tokenize, token_preprocessor_no_sequence_length,
+            ),
+        )  # fmt: skip
+        self.random_task = self.add_task(
+            "random_task",
+            source=self.function_source,
+            preprocessors=(
+                test_text_preprocessor,
+                placeholder,
+                preprocessors.tokenize,
+                random_token_preprocessor,
+            ),
+        )
+        self.uncached_task = self.add_task("uncached_task", source=self.tfds_source)
+
+        utils.set_global_cache_dirs([self.test_data_dir])
+        self.cached_task_dir = join(self.test_data_dir, "cached_task")
+        for split, sizes in (("train", [2, 1]), ("validation", [2])):
+            examples = data["tokenized"][split]
+            _fake_tasks.write_shards(
+                join(self.cached_task_dir, f"{split}.tfrecord"), examples, sizes, "tfrecord"
+            )
+            _fake_tasks.write_cache_metadata(self.cached_task_dir, split, examples, len(sizes))
+        self.cached_task = self.add_task("cached_task", source=self.tfds_source)
+
+        plaintext_dir = join(self.test_data_dir, "cached_plaintext_task")
+        plaintext = data["plaintext"]["train"]
+        _fake_tasks.write_shards(join(plaintext_dir, "train.tfrecord"), plaintext, [2, 1], "tfrecord")
+        _fake_tasks.write_cache_metadata(plaintext_dir, "train", plaintext, 2)
+        self.cached_plaintext_task = self.add_task(
+            "cached_plaintext_task",
+            source=self.tfds_source,
+            preprocessors=(*self.DEFAULT_PREPROCESSORS, test_token_preprocessor),
+        )
+
+    def tearDown(self) -> None:
+        tf.random.set_seed(None)
         super().tearDown()
+
+    def verify_task_matches_fake_datasets(
+        self,
+        task_name: str = "",
+        use_cached: bool = False,
+        token_preprocessed: bool = False,
+        ndfeatures: bool = False,
+        ragged_features: bool = False,
+        splits: Sequence[str] = ("train", "validation"),
+        sequence_length: Mapping[str, int] | None = _fake_tasks.DEFAULT_SEQUENCE_LENGTH,
+        num_shards: int | None = None,
+        task: Any = None,
+    ) -> None:
+        """Asserts that every split of the task holds the fake examples, tokenized (and trimmed)."""
+        task = task or TaskRegistry.get(task_name)
+        for split in splits:
+
+            def read(shard: Any = None, split: str = split) -> tf.data.Dataset:
+                return task.get_dataset(
+                    sequence_length, split, use_cached=use_cached, shuffle=False, shard_info=shard
+                )
+
+            if num_shards:
+                ds = read(dataset_providers.ShardInfo(0, num_shards))
+                for i in range(1, num_shards):
+                    ds = ds.concatenate(read(dataset_providers.ShardInfo(i, num_shards)))
+            else:
+                ds = read()
+            _fake_tasks.assert_matches_fake_dataset(
+                ds,
+                split,
+                task.output_features,
+                sequence_length,
+                token_preprocessed,
+                ndfeatures,
+                ragged_features,
+            )
+
+
+class FakeMixtureTest(FakeTaskTest):
+    """FakeTaskTest plus ``cached_mixture``, ``uncached_mixture`` and ``uncached_random_mixture``."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        clear_mixtures()
+        self.uncached_mixture = MixtureRegistry.add("uncached_mixture", [("uncached_task", 1.0)])
+        self.cached_mixture = MixtureRegistry.add("cached_mixture", [("cached_task", 1.0)])
+        # seqio rebinds the attribute to the random mixture; kept so.
+        self.uncached_mixture = MixtureRegistry.add("uncached_random_mixture", [("random_task", 1.0)])
+
+
+get_fake_dataset = _fake_tasks.get_fake_dataset
 
 
 __all__ = [
     "DataInjector",
+    "FakeMixtureTest",
     "FakeTaskTest",
     "MockVocabulary",
     "assert_dataset",
@@ -456,6 +630,7 @@ __all__ = [
     "create_default_dataset",
     "create_prediction",
     "encode_str",
+    "get_fake_dataset",
     "mark_completed",
     "random_token_preprocessor",
     "sentencepiece_vocab",
@@ -468,3 +643,10 @@ __all__ = [
     "test_token_preprocessor",
     "token_preprocessor_no_sequence_length",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # seqio's TEST_DATA_DIR: resolved on first use (finding or training the test model takes a moment).
+    if name == "TEST_DATA_DIR":
+        return _fake_tasks.test_data_dir()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

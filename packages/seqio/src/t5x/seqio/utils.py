@@ -13,14 +13,23 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import glob as _glob
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from t5x.feature_converters import make_autoregressive_inputs, trim_and_pack_dataset
+from t5x.feature_converters import make_autoregressive_inputs as _core_make_autoregressive_inputs
+from t5x.feature_converters import trim_and_pack_dataset
+from t5x.seqio._tfds_loader import (
+    LazyTfdsLoader,
+    TfdsSplit,
+    get_tfds_data_dir_override,
+    set_tfds_data_dir_override,
+    set_tfds_read_config_override,
+)
 from t5x.tasks import (
     Feature,
     add_global_cache_dirs,
@@ -37,9 +46,6 @@ from t5x.tasks.seqio_extras import (
     get_cached_stats_path,
     get_cached_tfrecord_prefix,
     get_task_dir_from_name,
-    list_files,
-    mixing_rate_num_characters,
-    mixing_rate_num_examples,
     tfexample_ragged_length_key,
     tfexample_sparse_indices_key,
     tfexample_to_dict,
@@ -47,9 +53,18 @@ from t5x.tasks.seqio_extras import (
     trim_dataset,
     unflatten_dict,
 )
+from t5x.tasks.seqio_extras import (
+    mixing_rate_num_characters as _core_mixing_rate_num_characters,
+)
+from t5x.tasks.seqio_extras import (
+    mixing_rate_num_examples as _core_mixing_rate_num_examples,
+)
+
+# seqio's type names for (nested) dicts of tensors, used in annotations.
+NestedTFDict = Mapping[str, Any]
+NestedNPDict = Mapping[str, Any]
 
 _NEXT_MAP_SEED: int | None = None
-_TFDS_DATA_DIR_OVERRIDE: str | None = None
 
 
 @contextlib.contextmanager
@@ -81,6 +96,8 @@ def add_kwargs_to_transform(transform: Any, **kwargs: Any) -> Any:
         chosen = {k: v for k, v in kwargs.items() if k in names}
         return dataclasses.replace(transform, **chosen) if chosen else transform
     names = set(inspect.signature(transform).parameters)
+    if isinstance(transform, functools.partial):
+        names -= set(transform.keywords)  # what the partial already binds stays bound
     chosen = {k: v for k, v in kwargs.items() if k in names}
     return functools.partial(transform, **chosen) if chosen else transform
 
@@ -133,18 +150,100 @@ def map_over_dataset(
     return wrap if fn is None else wrap(fn)
 
 
-def set_tfds_data_dir_override(tfds_data_dir: str | None) -> None:
-    """Makes TfdsDataSource read (and download) TFDS data under ``tfds_data_dir``."""
-    global _TFDS_DATA_DIR_OVERRIDE
-    _TFDS_DATA_DIR_OVERRIDE = tfds_data_dir
+def make_autoregressive_inputs(
+    targets: tf.Tensor,
+    sequence_id: tf.Tensor | None = None,
+    output_dtype: tf.DType | None = None,
+    bos_id: int = 0,
+) -> tf.Tensor:
+    """seqio's decoder inputs: ``targets`` shifted right by one along the FIRST axis, ``bos_id`` first.
+
+    As in seqio, a rank-2 ``targets`` is shifted along axis 0 (rows move down),
+    and packing (``sequence_id``) needs rank-1 targets. The core's function
+    shifts the last axis of a batch instead (docs/differences.md).
+
+    Raises:
+      ValueError: ``sequence_id`` given with targets of rank other than 1.
+    """
+    targets = tf.convert_to_tensor(targets)
+    rank = targets.shape.rank
+    if sequence_id is not None and rank != 1:
+        raise ValueError(f"Only 1-D sequences are supported with packing. Got a packed {rank}-D sequence.")
+    if rank is None or rank <= 1:
+        return _core_make_autoregressive_inputs(targets, sequence_id, output_dtype, bos_id)
+    output_dtype = output_dtype or targets.dtype
+    shifted = tf.cast(targets[:-1], output_dtype)
+    first = tf.fill(tf.concat([[1], tf.shape(targets)[1:]], 0), tf.constant(bos_id, output_dtype))
+    return tf.concat([first, shifted], axis=0)
 
 
-def get_tfds_data_dir_override() -> str | None:
-    return _TFDS_DATA_DIR_OVERRIDE
+@functools.cache
+def _glob_once(pattern: str) -> tuple[str, ...]:
+    # seqio globs each pattern once per process: listing a remote folder is slow and its files
+    # do not change while a job runs.
+    # Through tf.compat.v2, the module seqio code and tests use (and patch).
+    return tuple(sorted(tf.compat.v2.io.gfile.glob(pattern)))
+
+
+def list_files(file_patterns: str | Iterable[str]) -> list[str]:
+    """The files of the patterns, in pattern order; sharded names (``foo@2``) and plain paths pass as they are.
+
+    Glob patterns expand to their sorted matches, each pattern listed once per
+    process; a file named by two patterns appears once.
+    """
+    patterns = [file_patterns] if isinstance(file_patterns, str) else list(file_patterns)
+    found: list[str] = []
+    for pattern in patterns:
+        found.extend(_glob_once(pattern) if _glob.has_magic(pattern) else (pattern,))
+    return list(dict.fromkeys(found))
+
+
+def mixing_rate_num_examples(
+    task: Any,
+    maximum: int | None = None,
+    scale: float = 1.0,
+    temperature: float = 1.0,
+    fallback_to_num_input_examples: bool = True,
+    split: str = "train",
+) -> float:
+    """seqio's rate from the task's example count: cached stats first, else (when allowed) the source's count.
+
+    Raises:
+      AssertionError: (seqio's) the task is not cached and the fallback is off.
+    """
+    if not fallback_to_num_input_examples and hasattr(task, "assert_cached"):
+        task.assert_cached()
+    return _core_mixing_rate_num_examples(
+        task, maximum, scale, temperature, fallback_to_num_input_examples, split
+    )
+
+
+def mixing_rate_num_characters(
+    task: Any, temperature: float = 1.0, char_count_name: str = "text_chars"
+) -> float:
+    """seqio's rate from the ``char_count_name`` count of the task's cached ``train`` stats.
+
+    A task with ``get_cached_stats`` is asked directly (seqio's Task raises when
+    it is not cached); other tasks go through the core's cache lookup.
+    """
+    getter = getattr(task, "get_cached_stats", None)
+    if getter is None:
+        return _core_mixing_rate_num_characters(task, temperature, char_count_name)
+    stats = getter("train")
+    if char_count_name not in stats:
+        raise ValueError(
+            f"mixing_rate_num_characters: the cached stats of {getattr(task, 'name', task)!r} have no "
+            f"{char_count_name!r} (they have {sorted(stats)})"
+        )
+    return float(stats[char_count_name] ** (1.0 / temperature))
 
 
 __all__ = [
     "Feature",
+    "LazyTfdsLoader",
+    "NestedNPDict",
+    "NestedTFDict",
+    "TfdsSplit",
     "add_global_cache_dirs",
     "add_kwargs_to_transform",
     "dict_to_tfexample",
@@ -161,7 +260,9 @@ __all__ = [
     "mixing_rate_num_characters",
     "mixing_rate_num_examples",
     "set_global_cache_dirs",
+    "get_tfds_data_dir_override",
     "set_tfds_data_dir_override",
+    "set_tfds_read_config_override",
     "stateless_shuffle",
     "tfexample_ragged_length_key",
     "tfexample_sparse_indices_key",

@@ -18,6 +18,7 @@ from t5x import vocabularies as _core
 from t5x.vocabularies import PAD_ID, Vocabulary
 
 _BYTE_OFFSET = 3  # 0 pad, 1 EOS, 2 UNK come before the bytes
+_SHARED_PROCESSORS: dict[str, Any] = {}  # sha256 of the serialized model -> its processor
 
 
 class ByteVocabulary(_core.ByteVocabulary, Vocabulary):  # type: ignore[misc]
@@ -86,6 +87,9 @@ class SentencePieceVocabulary(_core.SentencePieceVocabulary, Vocabulary):  # typ
         _core.SentencePieceVocabulary.__init__(
             self, sentencepiece_model_file, extra_ids, normalizer_spec_overrides, reverse_extra_ids
         )
+        # As seqio: vocabularies with the same model (sentinels and overrides included) share one
+        # processor, so ``tokenizer`` is the same object and the model is held in memory once.
+        self._processor = _SHARED_PROCESSORS.setdefault(self._digest, self._processor)
 
     def load_model(self) -> None:
         """Loads the model now (it is loaded at construction already; kept for seqio code)."""

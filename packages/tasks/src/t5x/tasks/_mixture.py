@@ -89,7 +89,9 @@ class Mixture:
                     f"Mixture {name!r}: the rate of {item.name!r} must be >= 0 or callable, got {rate!r}"
                 )
             self._entries.append((item, rate))
-        names = [t.name for t in self.tasks]
+        # A task may be reached through several nested mixtures (its rates add up, as in
+        # seqio); listing the same entry twice is a mistake.
+        names = [item.name for item, _ in self._entries]
         if len(set(names)) != len(names):
             raise ValueError(f"Mixture {name!r} contains a task more than once: {names}")
         self._check_compatible_features()
@@ -100,11 +102,12 @@ class Mixture:
 
     @property
     def tasks(self) -> list[Task]:
-        """The leaf tasks, nested mixtures flattened."""
-        out: list[Task] = []
+        """The leaf tasks, nested mixtures flattened, each once."""
+        out: dict[str, Task] = {}
         for item, _ in self._entries:
-            out.extend(item.tasks)
-        return out
+            for task in item.tasks:
+                out.setdefault(task.name, task)
+        return list(out.values())
 
     def _entry_rate(self, item: Task | Mixture, rate: MixtureRate) -> float:
         value = rate(item) if callable(rate) else rate

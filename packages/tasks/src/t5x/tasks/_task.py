@@ -20,7 +20,7 @@ from t5x.tasks._utils import (
     preprocessor_seed_scope,
 )
 
-_NAME_RE = re.compile(r"^[\w.:/-]+$")
+_NAME_RE = re.compile(r"^[\w.:/#-]+$")
 DEFAULT_SHUFFLE_BUFFER_SIZE = 1000
 
 
@@ -41,7 +41,7 @@ class CacheDatasetPlaceholder:
 def check_name(kind: str, name: Any) -> str:
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ValueError(
-            f"{kind} name must be a non-empty string of letters, digits and _ . : / -, got {name!r}"
+            f"{kind} name must be a non-empty string of letters, digits and _ . : / - #, got {name!r}"
         )
     return name
 
@@ -52,7 +52,7 @@ class Task:
     Constructing (or registering) a task does no I/O and builds no dataset.
 
     Args:
-      name: a unique name (letters, digits and ``_ . : / -``).
+      name: a unique name (letters, digits and ``_ . : / - #``).
       source: the DataSource of raw examples.
       output_features: feature name -> Feature of the preprocessed examples.
       preprocessors: dataset transformations ``fn(ds, **kwargs) -> ds``, applied
@@ -63,6 +63,9 @@ class Task:
       metric_fns: ``fn(targets, predictions) -> dict`` (or ``fn(targets, scores)``).
       shuffle_buffer_size: examples in the shuffle buffer after preprocessing.
     """
+
+    # seqio accepts a Task without output features (t5x.seqio's Task turns this off).
+    _requires_output_features = True
 
     def __init__(
         self,
@@ -79,7 +82,7 @@ class Task:
             raise TypeError(
                 f"Task {name!r}: source must be a t5x.tasks DataSource, got {type(source).__name__}"
             )
-        if not output_features:
+        if not output_features and self._requires_output_features:
             raise ValueError(f"Task {name!r}: output_features must name at least one feature")
         for key, feature in output_features.items():
             if not isinstance(feature, Feature):
