@@ -98,6 +98,9 @@ def test_task_without_output_features_and_shared_tasks_in_nested_mixtures(clean_
     assert [t.name for t in outer.tasks] == ["shared_a", "shared_b"]  # each once
     assert outer.get_rate(outer.tasks[0]) == pytest.approx(2.0 + 4.0 * 1 / 4)  # both paths add up
     assert outer.rate_per_task_name == {"shared_a": 2.0, "inner_mix": 4.0}
+    assert [t.name for t in outer._tasks] == ["shared_a"] and [m.name for m in outer._sub_mixtures] == [
+        "inner_mix"
+    ]
     with pytest.raises(ValueError, match="more than once"):
         seqio.MixtureRegistry.add("dup_mix", [("shared_a", 1.0), ("shared_a", 1.0)])
 

@@ -594,6 +594,15 @@ class Mixture(_core.Mixture):
         return {item.name: rate for item, rate in self._entries}
 
     @property
+    def _tasks(self) -> list[_core.Task]:
+        """The tasks listed directly (seqio's attribute; nested mixtures are in ``_sub_mixtures``)."""
+        return [item for item, _ in self._entries if isinstance(item, _core.Task)]
+
+    @property
+    def _sub_mixtures(self) -> list[_core.Mixture]:
+        return [item for item, _ in self._entries if isinstance(item, _core.Mixture)]
+
+    @property
     def rate_per_task_name(self) -> dict[str, Any]:
         """Entry (task or sub-mixture) name -> its rate, as given."""
         return self._task_to_rate
