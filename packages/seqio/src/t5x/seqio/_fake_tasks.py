@@ -30,12 +30,12 @@ _SP_MODEL = os.path.join("sentencepiece", "sentencepiece.model")
 _FOUND_TEST_DATA_DIR: str | None = None
 
 # The raw fake examples (facts of seqio's fixture): text, plus n-d and ragged features.
-_TRAIN = [
+_TRAIN: list[tuple[str, str, list[list[list[int]]]]] = [
     ("this", "is a test", [[[3, 1], [4, 1]], [[5, 9], [2, 6]]]),
     ("that", "was a test", [[[3, 1]], [[4, 1], [5, 9]]]),
     ("those", "were tests", [[], []]),
 ]
-_VALIDATION = [
+_VALIDATION: list[tuple[Any, ...]] = [
     (0, (100,), "a", ("a1", "a2"), "this", "is a validation", [[[6, 2]], [[9, 0], [3, 3]]]),
     (1, (200, 201), "b", ("b1",), "that", "was another validation", [[[0, 9], [8, 7]], [[2, 4], [6, 5]]]),
 ]

@@ -281,9 +281,8 @@ class ProtoDataSource(_SeqioFileRepr, _CoreProtoDataSource):
         caching_permitted: bool = True,
         file_shuffle_buffer_size: int | None = None,
     ):
-        super().__init__(
-            split_to_filepattern, decode_proto_fn, reader_cls, num_input_examples, caching_permitted
-        )
+        patterns = {k: v if isinstance(v, str) else list(v) for k, v in split_to_filepattern.items()}
+        super().__init__(patterns, decode_proto_fn, reader_cls, num_input_examples, caching_permitted)
         self._split_to_filepattern = dict(split_to_filepattern)
         self._file_shuffle_buffer_size = file_shuffle_buffer_size
 

@@ -69,7 +69,7 @@ class LazyTfdsLoader:
       builder_kwargs: extra keywords for ``tfds.builder`` / ``tfds.load``.
     """
 
-    _MEMOIZED_BUILDERS: ClassVar[dict[tuple[str, str | None], Any]] = {}
+    _MEMOIZED_BUILDERS: ClassVar[dict[tuple[str | None, str | None], Any]] = {}
 
     def __init__(
         self,
@@ -80,13 +80,14 @@ class LazyTfdsLoader:
         read_only: bool = False,
         builder_kwargs: Mapping[str, Any] | None = None,
     ):
-        by_dataset = bool(split_map) and all(isinstance(v, TfdsSplit) for v in split_map.values())
+        splits = dict(split_map or {})
+        by_dataset = bool(splits) and all(isinstance(v, TfdsSplit) for v in splits.values())
         if by_dataset:
             if name is not None or data_dir is not None:
                 raise ValueError(
                     "If split values are instances of `TfdsSplit`, `name` and `data_dir` must be `None`."
                 )
-            for value in split_map.values():
+            for value in splits.values():
                 _check_versioned(value.dataset)
         elif name is not None:
             _check_versioned(name)

@@ -62,7 +62,7 @@ class Evaluator(_core.Evaluator):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self._outputs: dict[str, list[Any]] = {}
+        self._outputs: dict[str, Any] = {}
 
     def _rows_owner(self, rows: list[dict[str, Any]]) -> str:
         for task in self._tasks:
@@ -80,9 +80,11 @@ class Evaluator(_core.Evaluator):
         columns = {k: np.stack([r[k] for r in rows]) for k in rows[0]} if rows else {}
         return tf.data.Dataset.from_tensor_slices(columns).enumerate()
 
-    def _run(self, fn: Any, rows: list[dict[str, Any]], name: str, with_aux: bool = False) -> list:
+    def _run(
+        self, fn: Any, rows: list[dict[str, Any]], name: str, with_aux: bool = False, progress: Any = None
+    ) -> list:
         if not isinstance(fn, _SeqioStyle):
-            return super()._run(fn, rows, name, with_aux)
+            return super()._run(fn, rows, name, with_aux, progress)
         result = fn(self._indexed(rows))
         aux: Any = None
         if with_aux:

@@ -18,7 +18,7 @@ import itertools
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ def _as_metric_value(value: Any) -> Any:
     if isinstance(value, metrics_lib.MetricValue):
         return value
     if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
-        return metrics_lib.Scalar(value)
+        return metrics_lib.Scalar(value.item() if isinstance(value, np.generic) else value)
     return value
 
 
@@ -338,7 +338,7 @@ class JSONLogger(Logger):
         aux = inferences.get("aux_value") or {}
         kinds = [k for k in inferences if k != "aux_value"]
         columns = [targets, *(inferences[k] for k in kinds)]
-        rows = itertools.zip_longest(_examples(dataset), *columns)
+        rows: Iterator[Any] = itertools.zip_longest(_examples(dataset), *columns)
         if self._write_n_results:
             rows = itertools.islice(rows, self._write_n_results)
         with tf.io.gfile.GFile(path, "w") as f:

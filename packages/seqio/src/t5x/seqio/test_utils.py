@@ -275,7 +275,7 @@ def test_postprocessing(
             task_name, feature_converter=converter, eval_split=split, sequence_length=sequence_length
         )
         metrics = evaluator.evaluate(compute_metrics=True, predict_fn=predict_fn, score_fn=score_fn)
-    result = metrics[0] if isinstance(metrics, tuple) else metrics
+    result: Any = metrics[0] if isinstance(metrics, tuple) else metrics
     result = result.result() if hasattr(result, "result") else result
     return result[task_name]
 
