@@ -50,7 +50,7 @@ def test_train_prints_a_line_per_log_period_and_names_the_files_it_wrote(tmp_pat
         "[decode] synthetic_sort_digits: decoded 16/16 examples",
     ], lines
     (accuracy,) = [
-        i for i, line in enumerate(lines) if line.startswith("[inference eval] synthetic_sort_digits")
+        i for i, line in enumerate(lines) if line.startswith("[inference eval] step 6: synthetic_sort_digits")
     ]
     (finished,) = [i for i, line in enumerate(lines) if line.startswith("[t5x-launch] finished at step 6")]
     # Progress comes as training goes: every step line before decoding, decoding before its result.

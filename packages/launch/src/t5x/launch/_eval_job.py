@@ -113,7 +113,7 @@ def model_callables(
     """
     import jax
 
-    from t5x.training._init import batch_shardings, sharding_for
+    from t5x.training import batch_shardings, sharding_for
 
     layout = partitioner.get_data_layout(batch_size)
     rows = layout.per_shard_batch_size

@@ -312,7 +312,7 @@ class InteractiveModel:
 
     def _program(self, name: str, fn: Callable[..., Any], batch: Mapping[str, np.ndarray]) -> Any:
         if name not in self._programs:
-            from t5x.training._init import batch_shardings, sharding_for
+            from t5x.training import batch_shardings, sharding_for
 
             replicated = sharding_for(self.partitioner, ())
             self._programs[name] = self.partitioner.partition(

@@ -110,9 +110,7 @@ def _compile_init(model: Any, optimizer: Any, partitioner: Any, input_shapes: An
     """
     import jax
 
-    from t5x.training import TrainState
-    from t5x.training._init import sharding_for
-    from t5x.training._optimizers import bind_param_axes
+    from t5x.training import TrainState, bind_param_axes, sharding_for
 
     captured: dict[str, Any] = {}
 
@@ -172,7 +170,7 @@ def precompile(
 
     import t5x.training
     from t5x.launch._jobs import _default_optimizer, _default_partitioner, _input_shapes
-    from t5x.training._init import batch_shardings
+    from t5x.training import batch_shardings
 
     if cache_dir is None:
         if model_dir is None:

@@ -22,7 +22,13 @@ from t5x.training._adafactor import (
     standard_logical_factor_rules,
 )
 from t5x.training._infer import infer
-from t5x.training._init import InitializedState, init_train_state, train_state_shardings
+from t5x.training._init import (
+    InitializedState,
+    batch_shardings,
+    init_train_state,
+    sharding_for,
+    train_state_shardings,
+)
 from t5x.training._loops import (
     EarlyStopping,
     NonFiniteLossError,
@@ -71,6 +77,7 @@ __all__ = [
     "adafactor",
     "adamw",
     "as_schedule",
+    "batch_shardings",
     "bind_param_axes",
     "count_tokens",
     "create_learning_rate_scheduler",
@@ -84,6 +91,7 @@ __all__ = [
     "restore_latest",
     "scale_by_learning_rate",
     "sgd",
+    "sharding_for",
     "standard_logical_factor_rules",
     "train",
     "train_state_shardings",
