@@ -221,9 +221,12 @@ def export_tf(session: nox.Session) -> None:
     if not (writer / "bin" / "python").exists():
         session.run("uv", "venv", "-q", "-p", PYTHON, str(writer), external=True)
     export = PACKAGES_DIR / "export"
-    siblings = sorted(str(f) for f in _local_requirements(export) if f != export)
+    needed = _local_requirements(export)
+    siblings = sorted(str(f) for f in needed if f != export)
     writer_python = str(writer / "bin" / "python")
-    install = ["uv", "pip", "install", "-q", "-p", writer_python]
+    # The writer environment is kept between runs: the t5x packages are rebuilt from this tree each time.
+    rebuild = [f"--reinstall-package={dist}" for dist, folder in FOLDERS.items() if folder in needed]
+    install = ["uv", "pip", "install", "-q", "-p", writer_python, *rebuild]
     session.run(*install, *siblings, f"{export}[sentencepiece]", external=True)
     exports = pathlib.Path(session.create_tmp()).resolve() / "exports"
     shutil.rmtree(exports, ignore_errors=True)
