@@ -83,8 +83,7 @@ def test_train_eval_infer_export_on_one_model_folder(trained):
     records = sorted(_tiny.read_jsonl(outputs[0]), key=lambda r: r["index"])[:COMPARED]
 
     # export with the model's gin flags (the task and batch size are not its business). Reusing the
-    # folder's config.gin is checked below; that file holds only what training called, and a run
-    # that never decoded has no decoder bindings (greedy) in it.
+    # folder's config.gin is checked below.
     model_args = [
         a for a in _tiny.ENCDEC if not a.startswith(("--gin.MIXTURE_OR_TASK_NAME=", "--gin.BATCH_SIZE="))
     ]

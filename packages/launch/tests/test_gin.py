@@ -144,3 +144,21 @@ def test_missing_required_macro_is_named(capsys, tmp_path):
 def test_missing_gin_file_is_named():
     with pytest.raises(GinConfigError, match="no_such_file.gin"):
         parse_gin(GinArgs(files=("no_such_file.gin",)))
+
+
+def test_config_gin_keeps_bindings_the_run_never_called(tmp_path):
+    # A training run that never decodes must still record the demo's greedy decoding,
+    # or eval / infer / export reusing config.gin would sample at temperature 1.
+    from t5x.launch._gin_config import macro_value, write_config_gin
+
+    parse_gin(GinArgs(("runs/demo.gin",), (f"MODEL_DIR='{tmp_path}'",)))
+    with gin.config_scope("MODEL"):
+        macro_value("MODEL")  # what training calls; it never calls the decoder
+    assert "temperature_sample.temperature" not in gin.operative_config_str()
+    text = write_config_gin(tmp_path).read_text()
+    assert "decoding.temperature_sample.temperature = 0.0" in text
+    assert "MODEL/models.T5Config" in text  # the operative part is kept as it was
+
+    gin.clear_config()
+    gin.parse_config(text)  # the file parses back on its own
+    assert gin.query_parameter("decoding.temperature_sample.temperature") == 0.0

@@ -565,11 +565,52 @@ def explain_gin_error(error: Exception) -> GinConfigError:
     return GinConfigError(_explain(error))
 
 
+_BLOCK_HEADER = "# Parameters for "
+
+
+def _split_config(text: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """A gin config string's import lines, and its ``# Parameters for X:`` blocks as (X, text)."""
+    imports: list[str] = []
+    blocks: list[list[str]] = []
+    for line in text.splitlines():
+        if line.startswith(_BLOCK_HEADER):
+            blocks.append([line])
+        elif blocks:
+            blocks[-1].append(line)
+        elif line.startswith(("from ", "import ")):
+            imports.append(line)
+    return imports, [(b[0][len(_BLOCK_HEADER) :].rstrip(":"), "\n".join(b).rstrip()) for b in blocks]
+
+
+def run_config_text() -> str:
+    """``config.gin``'s text: the operative config, then the bindings the run set but never called.
+
+    Gin's operative config holds only what was called. A training run that
+    never decoded would otherwise drop the decoder's bindings (the demo's greedy
+    ``temperature = 0.0``), and ``eval`` / ``infer`` / ``export`` reusing the
+    file would decode differently from what the user configured.
+    """
+    operative = gin.operative_config_str()
+    operative_imports, operative_blocks = _split_config(operative)
+    full_imports, full_blocks = _split_config(gin.config_str())
+    called = {name.rsplit("/", 1)[-1] for name, _ in operative_blocks}
+    uncalled = [text for name, text in full_blocks if name.rsplit("/", 1)[-1] not in called]
+    missing_imports = [line for line in full_imports if line not in operative_imports]
+    if not uncalled and not missing_imports:
+        return operative
+    lines = operative.splitlines()
+    at = max((i + 1 for i, line in enumerate(lines) if line in operative_imports), default=0)
+    lines[at:at] = missing_imports
+    extra = "\n\n".join(uncalled)
+    note = "# Bound by the run's gin files but not called by it (kept for eval, infer and export):"
+    return "\n".join(lines).rstrip() + ("\n\n" + note + "\n\n" + extra + "\n" if uncalled else "\n")
+
+
 def write_config_gin(directory: pathlib.Path) -> pathlib.Path:
-    """Writes the operative gin config of this run as ``config.gin`` in ``directory``."""
+    """Writes this run's gin config (:func:`run_config_text`) as ``config.gin`` in ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "config.gin"
     tmp = path.with_suffix(".gin.tmp")
-    tmp.write_text(gin.operative_config_str())
+    tmp.write_text(run_config_text())
     tmp.replace(path)
     return path
