@@ -137,9 +137,6 @@ class _CallbackVocabulary:
 
 
 def test_unexportable_inputs_are_named(byte_model, tmp_path):
-    from t5x import models
-    from t5x.vocabularies import ByteVocabulary
-
     model, params = byte_model
     with pytest.raises(
         ExportError, match="no serving signature possible.*CallbackVocabulary.*Python callback"
@@ -151,15 +148,8 @@ def test_unexportable_inputs_are_named(byte_model, tmp_path):
             task_feature_lengths=LENGTHS,
             input_vocabulary=_CallbackVocabulary(),
         )
-    decoder_only = models.DecoderOnlyModel(
-        config=models.DecoderOnlyConfig(
-            vocab_size=264, emb_dim=8, num_heads=1, head_dim=8, num_layers=1, mlp_dim=8
-        ),
-        vocabulary=ByteVocabulary(),
-        decode_fn=decoding.temperature_sample,
-    )
-    with pytest.raises(ExportError, match="no serving signature possible.*DecoderOnlyModel"):
-        export_saved_model(decoder_only, {}, tmp_path / "b", task_feature_lengths=LENGTHS)
+    with pytest.raises(ExportError, match="no serving signature possible.*got dict"):
+        export_saved_model({}, {}, tmp_path / "b", task_feature_lengths=LENGTHS)
     with pytest.raises(
         ExportError, match=r"task_feature_lengths\['targets'\] must be a positive int, got None"
     ):
@@ -180,3 +170,68 @@ def test_sentencepiece_without_tensorflow_text_is_named(spm_vocabulary, monkeypa
     monkeypatch.setitem(sys.modules, "tensorflow_text", None)
     with pytest.raises(ExportError, match="SentencePiece.*tensorflow-text"):
         graph_tokenizer(spm_vocabulary, "input")
+
+
+@pytest.fixture(scope="module")
+def prefix_lm():
+    """A 1-layer prefix LM over bytes (the prompt attends bidirectionally) and its parameters."""
+    from t5x import models
+    from t5x.vocabularies import ByteVocabulary
+
+    vocabulary = ByteVocabulary(extra_ids=5)
+    model = models.DecoderOnlyModel(
+        config=models.DecoderOnlyConfig(
+            vocab_size=vocabulary.vocab_size, emb_dim=16, num_heads=2, head_dim=8, num_layers=1, mlp_dim=32
+        ),
+        vocabulary=vocabulary,
+        decode_fn=decoding.temperature_sample,
+        inputs_bidirectional_attention=True,
+    )
+    width = LENGTHS["inputs"] + LENGTHS["targets"]
+    shapes = {
+        k: (1, width) for k in ("decoder_input_tokens", "decoder_target_tokens", "decoder_causal_attention")
+    }
+    return model, model.get_initial_variables(jax.random.PRNGKey(2), shapes)["params"]
+
+
+def _prefix_lm_batch(vocabulary, pairs):
+    """The batch t5x's own prefix-LM feature converter makes of (inputs, targets) texts."""
+    from t5x.feature_converters import PrefixLMFeatureConverter
+
+    def ids(text):
+        return [*vocabulary.encode(text), vocabulary.eos_id]
+
+    examples = [{"inputs": ids(i)[-LENGTHS["inputs"] :], "targets": ids(t)} for i, t in pairs]
+    ds = tf.data.Dataset.from_generator(
+        lambda: iter(examples),
+        output_signature={k: tf.TensorSpec([None], tf.int32) for k in ("inputs", "targets")},
+    )
+    converted = PrefixLMFeatureConverter(pack=False)(ds, LENGTHS)
+    rows = [{k: v.numpy() for k, v in row.items()} for row in converted]
+    return {k: np.stack([row[k] for row in rows]) for k in rows[0]}
+
+
+def test_decoder_only_export_predicts_and_scores_as_the_model_does(prefix_lm, tmp_path):
+    model, params = prefix_lm
+    prompts = ["sort 3 1 2", "abc", "x"]  # short enough that trimming does not differ
+    greedy = {"temperature": 0.0}
+    exported = export_saved_model(
+        model, params, tmp_path / "lm", task_feature_lengths=LENGTHS, decoder_params=greedy
+    )
+    served = _serve(exported.path, prompts)
+    # Against the model itself, on the batch the training pipeline's converter makes.
+    batch = _prefix_lm_batch(model.vocabulary, [(p, "") for p in prompts])
+    decodes, aux = model.predict_batch_with_aux(params, batch, decoder_params=greedy)
+    expected = [model.vocabulary.decode([int(i) for i in row]) for row in np.asarray(decodes)]
+    assert [t.decode() for t in served["output_0"]] == expected
+    assert any(expected)
+    np.testing.assert_allclose(served["output_1"], np.asarray(aux["scores"]), rtol=1e-5, atol=1e-4)
+
+    pairs = [("3 1 2", "1 2 3"), ("3 1 2", "zz"), ("abc", "cba")]
+    scored = export_saved_model(
+        model, params, tmp_path / "lm-score", task_feature_lengths=LENGTHS, mode="score"
+    )
+    served = _serve(scored.path, [f"{i}\t{t}" for i, t in pairs])
+    expected_scores = model.score_batch(params, _prefix_lm_batch(model.vocabulary, pairs))
+    np.testing.assert_allclose(served["output_0"], np.asarray(expected_scores), rtol=1e-5, atol=1e-4)
+    assert len(set(np.round(served["output_0"], 3))) == 3

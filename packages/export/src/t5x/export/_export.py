@@ -20,7 +20,7 @@ from t5x.export import _features
 from t5x.export._errors import ExportError
 from t5x.export._stablehlo import serialize_for_tensorflow
 from t5x.export._text import graph_tokenizer
-from t5x.models import EncoderDecoderModel
+from t5x.models import DecoderOnlyModel, EncoderDecoderModel
 
 SIGNATURE = "serving_default"
 # Upstream t5x's names: the input tensor, and the outputs of its unnamed (tuple) postprocessor.
@@ -67,12 +67,50 @@ def _check_lengths(task_feature_lengths: Mapping[str, int]) -> dict[str, int]:
 def _check_model(model: Any, mode: str) -> None:
     if mode not in MODES:
         raise ExportError(f"mode must be one of {MODES}, got {mode!r}")
-    if not isinstance(model, EncoderDecoderModel):
+    if not isinstance(model, EncoderDecoderModel | DecoderOnlyModel):
         raise ExportError(
             "an export with no serving signature possible: export supports "
-            f"t5x.models.EncoderDecoderModel, got {type(model).__name__} (decoder-only models are not "
-            "exported yet)"
+            f"t5x.models.EncoderDecoderModel and DecoderOnlyModel, got {type(model).__name__}"
         )
+
+
+def _prompt_batch(inputs: jax.Array, targets_length: int) -> dict[str, jax.Array]:
+    """A decoder-only model's prediction batch, as the prefix-LM converter lays it out.
+
+    ``inputs`` are the padded prompt ids; the sequence is ``0, prompt, room for
+    targets`` and ``decoder_causal_attention`` covers the prompt plus one position.
+    """
+    rows, width = inputs.shape
+    prompt = jnp.sum(inputs != 0, axis=1)
+    tokens = jnp.concatenate(
+        [jnp.zeros((rows, 1), jnp.int32), inputs, jnp.zeros((rows, targets_length - 1), jnp.int32)], axis=1
+    )
+    positions = jnp.arange(width + targets_length)[None, :]
+    return {
+        "decoder_input_tokens": tokens,
+        "decoder_causal_attention": (positions < prompt[:, None] + 1).astype(jnp.int32),
+    }
+
+
+def _scoring_batch(inputs: jax.Array, targets: jax.Array) -> dict[str, jax.Array]:
+    """A decoder-only model's scoring batch: prompt and targets packed into one sequence.
+
+    Only the target positions carry loss weight, so the score is the targets'
+    log-likelihood given the prompt, as for the encoder-decoder.
+    """
+    width, targets_width = inputs.shape[1], targets.shape[1]
+    prompt = jnp.sum(inputs != 0, axis=1)[:, None]
+    positions = jnp.arange(width + targets_width)[None, :]
+    from_inputs = inputs[:, jnp.minimum(jnp.arange(width + targets_width), width - 1)]
+    offset = positions - prompt
+    from_targets = jnp.take_along_axis(targets, jnp.clip(offset, 0, targets_width - 1), axis=1)
+    sequence = jnp.where(positions < prompt, from_inputs, jnp.where(offset < targets_width, from_targets, 0))
+    return {
+        "decoder_target_tokens": sequence,
+        "decoder_input_tokens": jnp.pad(sequence[:, :-1], ((0, 0), (1, 0))),
+        "decoder_causal_attention": (positions < prompt + 1).astype(jnp.int32),
+        "decoder_loss_weights": ((positions >= prompt) & (sequence > 0)).astype(jnp.int32),
+    }
 
 
 @contextlib.contextmanager
@@ -101,10 +139,13 @@ def _predict_fn(
     model: Any, targets_length: int, decoder_params: Mapping[str, Any] | None, num_decodes: int, seed: int
 ):
     def predict(params: Any, encoder_input_tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
-        batch = {
-            "encoder_input_tokens": encoder_input_tokens,
-            "decoder_input_tokens": jnp.zeros((encoder_input_tokens.shape[0], targets_length), jnp.int32),
-        }
+        if isinstance(model, DecoderOnlyModel):
+            batch = _prompt_batch(encoder_input_tokens, targets_length)
+        else:
+            batch = {
+                "encoder_input_tokens": encoder_input_tokens,
+                "decoder_input_tokens": jnp.zeros((encoder_input_tokens.shape[0], targets_length), jnp.int32),
+            }
         decodes, aux = model.predict_batch_with_aux(
             params,
             batch,
@@ -119,6 +160,10 @@ def _predict_fn(
 
 def _score_fn(model: Any):
     def score(params: Any, encoder_input_tokens: jax.Array, decoder_target_tokens: jax.Array) -> jax.Array:
+        if isinstance(model, DecoderOnlyModel):
+            return model.score_batch(
+                params, _scoring_batch(encoder_input_tokens, decoder_target_tokens)
+            ).astype(jnp.float32)
         batch = {
             "encoder_input_tokens": encoder_input_tokens,
             "decoder_input_tokens": jnp.pad(decoder_target_tokens[:, :-1], ((0, 0), (1, 0))),
@@ -169,7 +214,8 @@ def export_saved_model(
     upstream t5x does) or folded into the graph as constants.
 
     Args:
-      model: a ``t5x.models.EncoderDecoderModel``.
+      model: a ``t5x.models.EncoderDecoderModel`` or ``DecoderOnlyModel`` (its prompt is
+        the text, laid out as the prefix-LM feature converter does; decodes continue it).
       params: its parameter tree (e.g. from a checkpoint).
       output_dir: the SavedModel folder to write (it must not exist or be empty).
       task_feature_lengths: ``{"inputs": N, "targets": M}``: inputs are trimmed and padded to
@@ -196,7 +242,11 @@ def export_saved_model(
     """
     _check_model(model, mode)
     lengths = _check_lengths(task_feature_lengths)
-    in_vocab = input_vocabulary if input_vocabulary is not None else getattr(model, "input_vocabulary", None)
+    in_vocab = (  # a decoder-only model has one vocabulary for prompt and continuation
+        input_vocabulary
+        if input_vocabulary is not None
+        else getattr(model, "input_vocabulary", getattr(model, "vocabulary", None))
+    )
     out_vocab = (
         output_vocabulary if output_vocabulary is not None else getattr(model, "output_vocabulary", None)
     )
