@@ -122,8 +122,12 @@ def compute_weighted_cross_entropy(
 
 
 def _weights_per_segment(segment_ids: jax.Array, weights: jax.Array) -> jax.Array:
-    """For each position, the summed weight of its packed sequence: ``[batch, length]``."""
-    same = segment_ids[:, :, None] == segment_ids[:, None, :]
+    """For each position, the summed weight of its packed sequence: ``[batch, length]``.
+
+    Segment 0 is padding, not a sequence: its sum is 0, so that its positions
+    get weight 0 and it is not counted among the sequences (as upstream).
+    """
+    same = (segment_ids[:, :, None] == segment_ids[:, None, :]) & (segment_ids[:, :, None] != 0)
     return jnp.sum(jnp.where(same, weights[:, None, :], 0.0), axis=-1)
 
 
