@@ -37,7 +37,7 @@ def _tfds() -> Any:
         import tensorflow_datasets
     except ImportError as e:
         raise ImportError(
-            "LazyTfdsLoader needs tensorflow_datasets; install it (`pip install tensorflow-datasets`)"
+            "LazyTfdsLoader needs tensorflow_datasets; install it (`pip install 't5x-seqio[tfds]'`)"
         ) from e
     return tensorflow_datasets
 
