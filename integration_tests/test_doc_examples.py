@@ -32,6 +32,9 @@ MAX_PARALLEL = 4
 # (file, first line of the block's code) -> why it is not run. Keep in step with the markdown.
 NOT_TESTED = {
     ("packages/tasks/README.md", "import t5x.tasks as tt"): "reads a cache built by `t5x-tasks cache`",
+    ("packages/export/README.md", "import tensorflow as tf"): (
+        "loads the SavedModel the block above writes (the export-tf session loads exports without JAX)"
+    ),
 }
 
 _FENCE = re.compile(r"^(\s*)```(\S*)\s*$")

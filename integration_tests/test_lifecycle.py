@@ -100,12 +100,13 @@ def test_pretrain_resume_eval_infer(pretrained):
         tmp,
     )
     assert result.returncode == 0, result.stderr[-5000:]
-    rows = _tiny.read_jsonl(eval_dir / "metrics.jsonl")
-    assert rows and rows[-1]["step"] == 4
     task = args[[a.startswith("--gin.MIXTURE_OR_TASK_NAME=") for a in args].index(True)].split("=", 1)[1]
-    metric_names = [k for k in rows[-1] if k.startswith(f"inference_eval/{task}/")]
+    rows = _tiny.read_jsonl(eval_dir / f"{task}-metrics.jsonl")  # seqio's per-task metrics file
+    assert rows and rows[-1]["step"] == 4
+    metric_names = [k for k in rows[-1] if k != "step"]
     assert metric_names, rows[-1]
     assert all(np.isfinite(rows[-1][k]) for k in metric_names)
+    assert len(_tiny.read_jsonl(eval_dir / f"{task}-000004.jsonl")) == 16  # one line per example
 
     # Inference on a split, written as JSON Lines in input order.
     infer_dir = tmp / "infer"

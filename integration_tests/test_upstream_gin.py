@@ -76,7 +76,7 @@ def test_upstream_gin_files_train_evaluate_and_infer(tmp_path):
         f"--gin.CHECKPOINT_PATH={model_dir / 'checkpoint_3'}", f"--gin.EVAL_OUTPUT_DIR={tmp_path / 'eval'}",
     )  # fmt: skip
     assert f"step 3 {TASK}: {{'exact_match':" in evaluated.stdout
-    predictions = (tmp_path / "eval" / f"{TASK}-3.jsonl").read_text().splitlines()
+    predictions = (tmp_path / "eval" / f"{TASK}-000003.jsonl").read_text().splitlines()
     assert len(predictions) == 8  # the whole test split (upstream's default split for eval)
 
     _launch(

@@ -2,8 +2,8 @@
 
 Builds every package's sdist and wheel (the command of noxfile.py's ``wheels``
 session), makes a fresh virtual environment (uv, no Python downloads), installs
-``t5x-launch`` and ``t5x-upstream`` (which brings ``t5x-seqio``: together, every
-distribution) with ``uv pip install --find-links WHEELS`` (the t5x distributions
+``t5x-launch``, ``t5x-upstream`` (which brings ``t5x-seqio``) and ``t5x-moe`` (together,
+every distribution) with ``uv pip install --find-links WHEELS`` (the t5x distributions
 from those wheels only, third-party ones from the package index), checks that
 every t5x module there is a file of those wheels, then runs a 3-step demo and
 ``t5x-tasks list`` from the environment's own scripts.
@@ -115,6 +115,7 @@ def test_launch_installed_from_wheels_runs_the_demo_and_the_tasks_cli(tmp_path):
             str(wheels),
             "t5x-launch",
             "t5x-upstream",
+            "t5x-moe",  # the one distribution neither of the two depends on
         ],
         env=env,
         capture_output=True,
