@@ -45,6 +45,12 @@ def _value(metrics_by_task: MetricsByTask, metric: tuple[str, str], who: str) ->
     return float(getattr(value, "value", value))
 
 
+def improves(value: float, best: float | None, mode: str, atol: float, rtol: float) -> bool:
+    """Whether ``value`` beats ``best`` (None: nothing yet) by more than ``atol + rtol * |best|``."""
+    sign = 1.0 if mode == "min" else -1.0
+    return best is None or sign * (best - value) > atol + rtol * abs(best)
+
+
 @dataclasses.dataclass
 class EarlyStoppingAction:
     """Stops when ``metric`` has not improved for ``patience`` runs.
@@ -78,8 +84,7 @@ class EarlyStoppingAction:
     def run(self, step: int, metrics_by_task: MetricsByTask) -> bool:
         del step
         value = _value(metrics_by_task, self.metric, "EarlyStoppingAction")
-        sign = 1.0 if self.mode == "min" else -1.0
-        if self.best is None or sign * (self.best - value) > self.atol + self.rtol * abs(self.best):
+        if improves(value, self.best, self.mode, self.atol, self.rtol):
             self.best, self.misses = value, 0
         else:
             self.misses += 1

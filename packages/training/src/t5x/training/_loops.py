@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from t5x.interfaces import Checkpointer, InputIterator, MetricWriter
-from t5x.training._actions import TRAIN_METRICS_KEY, ActionMode, normalize_actions, run_actions
+from t5x.training._actions import TRAIN_METRICS_KEY, ActionMode, improves, normalize_actions, run_actions
 from t5x.training._trainer import Trainer
 
 Batch = Mapping[str, np.ndarray]
@@ -82,8 +82,7 @@ class EarlyStopping:
                 f"EarlyStopping monitors {self.metric}, but evaluation gave {sorted(eval_metrics)}"
             )
         value = float(eval_metrics[name][metric])
-        sign = 1.0 if self.mode == "min" else -1.0
-        if self.best is None or sign * (self.best - value) > self.atol + self.rtol * abs(self.best):
+        if improves(value, self.best, self.mode, self.atol, self.rtol):
             self.best, self.misses = value, 0
         else:
             self.misses += 1
