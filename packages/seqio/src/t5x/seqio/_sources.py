@@ -124,7 +124,10 @@ class FunctionDataSource(_CoreFunctionDataSource):
         caching_permitted: bool = True,
     ):
         _check_dataset_fn(dataset_fn)
-        super().__init__(dataset_fn, list(splits), num_input_examples)
+        # seqio code passes one split as a bare string (splits="validation").
+        super().__init__(
+            dataset_fn, [splits] if isinstance(splits, str) else list(splits), num_input_examples
+        )
         self._caching_permitted = caching_permitted
 
     @property
@@ -169,6 +172,8 @@ class FileDataSource(_SeqioFileRepr, _core.FileDataSource):
     Shards by files only (seqio's rule): fewer files than shards is an error
     here; ``Task.get_dataset`` shards such sources by example instead.
     """
+
+    _allow_no_splits = True  # seqio builds sources without splits, e.g. TextLineDataSource({})
 
     def __init__(
         self,

@@ -29,7 +29,7 @@ import tensorflow as tf
 
 from t5x import tasks as _core
 from t5x.interfaces import ShardInfo
-from t5x.seqio import utils
+from t5x.seqio import metrics, task_registry_provenance_tracking, utils
 from t5x.seqio._sources import (  # re-exported: seqio users import them from here
     _BARE,
     CacheDatasetPlaceholder,
@@ -98,10 +98,11 @@ class DatasetProviderBase(metaclass=abc.ABCMeta):
 
 # ---- Task ----------------------------------------------------------------------------------
 
-_METRIC_SIGNATURES = {
-    ("targets", "predictions"): 0,
-    ("targets", "scores"): 1,
-    ("targets", "predictions", "aux_values"): 2,
+# Which of (predict, score, predict_with_aux) metric functions a function is.
+_METRIC_GROUP = {
+    metrics.ModelOutputType.PREDICTION: 0,
+    metrics.ModelOutputType.SCORE: 1,
+    metrics.ModelOutputType.PREDICTION_WITH_AUX: 2,
 }
 
 
@@ -117,7 +118,8 @@ class Task(_core.Task):
       postprocess_fn: turns decoded model output into what metrics take.
       metric_fns: functions of ``(targets, predictions)``, ``(targets, scores)`` or
         ``(targets, predictions, aux_values)``.
-      metric_objs: seqio's clu-style metric objects; kept, not evaluated here.
+      metric_objs: seqio metric objects (``t5x.seqio.metrics``), evaluated with the
+        metric functions by ``t5x.seqio.Evaluator``.
       shuffle_buffer_size: examples in the shuffle buffer; None forbids shuffling.
       source_info: where the task was defined.
     """
@@ -206,17 +208,7 @@ class Task(_core.Task):
     def _sorted_metric_fns(self) -> tuple[list[Callable[..., Any]], ...]:
         groups: tuple[list[Callable[..., Any]], ...] = ([], [], [])
         for fn in self._metric_fns:
-            pos = tuple(
-                k
-                for k, p in inspect.signature(fn).parameters.items()
-                if p.default is inspect.Parameter.empty and p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD
-            )
-            if pos not in _METRIC_SIGNATURES:
-                raise ValueError(
-                    "Metric functions must have positional arguments matching ('targets', 'predictions'), "
-                    f"('targets', 'scores') or ('targets', 'predictions', 'aux_values'); {fn!r} has {pos}"
-                )
-            groups[_METRIC_SIGNATURES[pos]].append(fn)
+            groups[_METRIC_GROUP[metrics.metric_fn_output_type(fn)]].append(fn)
         return groups
 
     @property
@@ -236,9 +228,18 @@ class Task(_core.Task):
     def predict_with_aux_metric_fns(self) -> list[Callable[..., Any]]:
         return self._sorted_metric_fns[2]
 
+    @functools.cached_property
+    def _all_metric_objs(self) -> list[Any]:
+        # seqio: the given metric objects, then one PassthroughLegacyMetric per metric function.
+        wrapped = [
+            metrics.PassthroughLegacyMetric.from_metric_fn(fn, self._postprocess_fn).empty()
+            for fn in self.metric_fns
+        ]
+        return list(self._metric_objs) + wrapped
+
     @property
     def metric_objs(self) -> list[Any]:
-        return list(self._metric_objs)
+        return list(self._all_metric_objs)
 
     @property
     def source_info(self) -> SourceInfo | None:
@@ -529,7 +530,9 @@ class TaskRegistry(_core.TaskRegistry, metaclass=_SharedRegistryMeta):
     @classmethod
     def add_provider(cls, name: str, provider: Any) -> Any:  # type: ignore[override]
         _refuse_duplicate(cls, name)
-        return super().add_provider(name, provider)
+        added = super().add_provider(name, provider)
+        task_registry_provenance_tracking.maybe_record_provenance(inspect.currentframe(), name, provider)
+        return added
 
     @classmethod
     def add(  # type: ignore[override]
@@ -648,7 +651,9 @@ class MixtureRegistry(_core.MixtureRegistry, metaclass=_SharedRegistryMeta):
     @classmethod
     def add_provider(cls, name: str, provider: Any) -> Any:  # type: ignore[override]
         _refuse_duplicate(cls, name)
-        return super().add_provider(name, provider)
+        added = super().add_provider(name, provider)
+        task_registry_provenance_tracking.maybe_record_provenance(inspect.currentframe(), name, provider)
+        return added
 
     @classmethod
     def add(  # type: ignore[override]

@@ -145,6 +145,8 @@ class FileDataSource(DataSource):
       cycle_length: how many files are read at once.
     """
 
+    _allow_no_splits = False  # seqio's facade allows a source without splits (a placeholder)
+
     def __init__(
         self,
         read_file_fn: Callable[[tf.Tensor], tf.data.Dataset],
@@ -153,7 +155,7 @@ class FileDataSource(DataSource):
         cycle_length: int = 16,
         block_length: int = 16,
     ):
-        if not split_to_filepattern:
+        if not split_to_filepattern and not self._allow_no_splits:
             raise ValueError(f"{type(self).__name__} needs at least one split, got {split_to_filepattern!r}")
         self._read_file_fn = read_file_fn
         self._patterns = {k: [v] if isinstance(v, str) else list(v) for k, v in split_to_filepattern.items()}
