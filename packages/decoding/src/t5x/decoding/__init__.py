@@ -19,6 +19,10 @@ from t5x.decoding._beams import (
 )
 from t5x.decoding._masks import topk_mask, topp_mask
 from t5x.decoding._sampling import SamplingLoopState, temperature_sample
+
+# Upstream t5x's per-row sampling loop: private there too, but its own tests call it.
+from t5x.decoding._sampling import _temperature_sample_single_trial as _temperature_sample_single_trial
+from t5x.decoding._select import top_k_two_stage
 from t5x.decoding._state import MIN_TEMPERATURE, NEG_INF, DecodingState
 
 __all__ = [
@@ -37,6 +41,7 @@ __all__ = [
     "gather_beams",
     "gather_topk_beams",
     "temperature_sample",
+    "top_k_two_stage",
     "topk_mask",
     "topp_mask",
     "unflatten_beam_dim",

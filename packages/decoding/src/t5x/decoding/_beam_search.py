@@ -18,6 +18,7 @@ from t5x.decoding._beams import (
     flat_batch_beam_expand,
     flatten_beam_dim,
     gather_beams,
+    keep_scalars,
     unflatten_beam_dim,
 )
 from t5x.decoding._select import top_k
@@ -120,7 +121,7 @@ def beam_search(
     """
     del decode_rng
     beams = _checks.check_num_decodes(num_decodes)
-    _checks.check_inputs(inputs)
+    inputs = _checks.check_inputs(inputs)
     batch, in_length = inputs.shape
     length = in_length if max_decode_len is None else int(max_decode_len)
     if length < 1:
@@ -153,7 +154,7 @@ def beam_search(
         finished_seqs=jnp.zeros((batch, beams, width), jnp.int32),
         finished_flags=jnp.zeros((batch, beams), jnp.bool_),
         cache=cache_map(
-            functools.partial(flat_batch_beam_expand, beam_size=beams, offset=cache_offset),
+            keep_scalars(functools.partial(flat_batch_beam_expand, beam_size=beams, offset=cache_offset)),
             cache,
             apply_to_index=initial_index is not None,
         ),

@@ -47,9 +47,10 @@ def _leaf_name(path: tuple[Any, ...]) -> Any:
 def cache_map(fn: Callable[[jax.Array], jax.Array], cache: PyTree, apply_to_index: bool = False) -> PyTree:
     """Applies ``fn`` to every per-example leaf of a cache pytree.
 
-    Leaves named ``cached_bias`` or ``position_embedder_index`` and 0-d leaves are shared by
-    the whole batch and left untouched; leaves named ``cache_index`` are mapped only when
-    ``apply_to_index`` is true (a pre-filled cache keeps one write position per example).
+    Leaves named ``cached_bias`` or ``position_embedder_index`` and other 0-d leaves are
+    shared by the whole batch and left untouched; leaves named ``cache_index`` (0-d ones
+    included, as in upstream t5x) are mapped only when ``apply_to_index`` is true (a
+    pre-filled cache keeps one write position per example).
     The container types (dicts, flax ``FrozenDict``, dataclasses, ...) are kept.
 
     Args:
@@ -63,13 +64,26 @@ def cache_map(fn: Callable[[jax.Array], jax.Array], cache: PyTree, apply_to_inde
 
     def visit(path: tuple[Any, ...], leaf: Any) -> Any:
         name = _leaf_name(path)
+        if name == _INDEX_LEAF_NAME:
+            return fn(leaf) if apply_to_index else leaf
         if np.ndim(leaf) == 0 or name in _SHARED_LEAF_NAMES:
-            return leaf
-        if name == _INDEX_LEAF_NAME and not apply_to_index:
             return leaf
         return fn(leaf)
 
     return jax.tree_util.tree_map_with_path(visit, cache)
+
+
+def keep_scalars(fn: Callable[[jax.Array], jax.Array]) -> Callable[[jax.Array], jax.Array]:
+    """Wraps a per-example ``fn`` so 0-d leaves (a shared scalar ``cache_index``) pass through.
+
+    The decoders expand a cache with ``apply_to_index=True`` after a per-example prefill; a
+    scalar write position there is shared by all rows and must not be repeated.
+    """
+
+    def apply(leaf: jax.Array) -> jax.Array:
+        return leaf if np.ndim(leaf) == 0 else fn(leaf)
+
+    return apply
 
 
 def add_beam_dim(x: jax.Array, beam_size: int, offset: int = 0) -> jax.Array:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from t5x.decoding._state import PyTree
@@ -30,12 +31,28 @@ def check_num_decodes(num_decodes: Any, name: str = "num_decodes") -> int:
     return int(num_decodes)
 
 
-def check_inputs(inputs: Any) -> None:
+def check_inputs(inputs: Any) -> jax.Array:
+    """Checks ``[batch, length]`` token ids and returns them as int32.
+
+    Float arrays are accepted when every value is a whole number (``np.zeros`` makes floats,
+    and upstream t5x takes them); a fractional value is a mistake and is refused.
+    """
     if np.ndim(inputs) != 2:
         raise ValueError(f"inputs must be [batch, length] token ids, got shape {tuple(np.shape(inputs))}")
     dtype = inputs.dtype if hasattr(inputs, "dtype") else np.asarray(inputs).dtype
-    if not np.issubdtype(dtype, np.integer):
+    if np.issubdtype(dtype, np.floating):
+        values = concrete(inputs)
+        if values is not None:
+            fractional = values != np.round(values)
+            if fractional.any():
+                row, col = (int(i) for i in np.argwhere(fractional)[0])
+                raise TypeError(
+                    f"inputs must hold integer token ids, got {float(values[row, col])} at inputs[{row}, {col}]"
+                    f" (dtype {dtype})"
+                )
+    elif not np.issubdtype(dtype, np.integer):
         raise TypeError(f"inputs must hold integer token ids, got dtype {dtype}")
+    return jnp.asarray(inputs, jnp.int32)
 
 
 def check_per_example(name: str, value: Any, batch: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t5x.decoding import _checks
-from t5x.decoding._beams import cache_map, flat_batch_beam_expand, unflatten_beam_dim
+from t5x.decoding._beams import flat_batch_beam_expand, keep_scalars, unflatten_beam_dim
 from t5x.decoding._masks import topk_mask, topp_mask
 from t5x.decoding._state import MIN_TEMPERATURE, DecodingState, PyTree
 
@@ -147,45 +148,111 @@ def temperature_sample(
         length (a prompt longer than the decode length), or badly shaped arguments.
     """
     num_decodes = _checks.check_num_decodes(num_decodes)
-    _checks.check_inputs(inputs)
+    inputs = _checks.check_inputs(inputs)
     batch, length = inputs.shape
     for name, value in (("temperature", temperature), ("topk", topk), ("topp", topp)):
         _checks.check_per_example(name, value, batch)
-    _validate_sampling_values(temperature, topk, topp)
     if initial_index is not None:
         _checks.check_initial_index(initial_index, batch, length)
     if max_decode_steps is not None:
         _checks.check_per_example("max_decode_steps", max_decode_steps, batch)
-        steps = _checks.concrete(max_decode_steps)
-        if steps is not None and np.any(steps < 0):
-            raise ValueError(f"max_decode_steps must be >= 0, got {steps.tolist()}")
         if max_decode_steps_hard_limit is not None and max_decode_steps_hard_limit > 0:
             max_decode_steps = jnp.minimum(max_decode_steps, max_decode_steps_hard_limit)
     if decode_rng is None:
         decode_rng = jax.random.PRNGKey(0)
 
-    inputs = jnp.asarray(inputs, jnp.int32)
+    # Looked up on the package so that patching ``t5x.decoding.cache_map`` or
+    # ``t5x.decoding._temperature_sample_single_trial`` (as upstream's tests do) takes effect.
+    package = sys.modules["t5x.decoding"]
     if num_decodes > 1:
         inputs = flat_batch_beam_expand(inputs, num_decodes)
         # A pre-filled cache keeps one write index per example, which must be expanded too.
-        cache = cache_map(
-            functools.partial(flat_batch_beam_expand, beam_size=num_decodes, offset=cache_offset),
+        cache = package.cache_map(
+            keep_scalars(
+                functools.partial(flat_batch_beam_expand, beam_size=num_decodes, offset=cache_offset)
+            ),
             cache,
             apply_to_index=initial_index is not None,
         )
     if initial_index is not None:
         initial_index = jnp.repeat(jnp.asarray(initial_index, jnp.int32), num_decodes)
-    if max_decode_steps is not None:
-        max_decode_steps = jnp.asarray(max_decode_steps, jnp.int32)
-        if max_decode_steps.ndim == 1:
-            max_decode_steps = jnp.repeat(max_decode_steps, num_decodes)
+    if max_decode_steps is not None and np.ndim(max_decode_steps) == 1:
+        max_decode_steps = jnp.repeat(jnp.asarray(max_decode_steps, jnp.int32), num_decodes)
 
-    sequences, log_prob = _sample_rows(
+    sequences, log_prob = package._temperature_sample_single_trial(
         inputs,
         cache,
         tokens_to_logits,
         eos_id,
         decode_rng,
+        num_decodes,
+        temperature,
+        topk,
+        topp,
+        initial_index=initial_index,
+        max_decode_steps=max_decode_steps,
+        rescale_log_probs=rescale_log_probs,
+        state_callback_fn=state_callback_fn,
+        logit_callback_fn=logit_callback_fn,
+    )
+    sequences = unflatten_beam_dim(jnp.asarray(sequences), batch, num_decodes)
+    log_prob = unflatten_beam_dim(jnp.asarray(log_prob), batch, num_decodes)
+    order = jnp.argsort(log_prob, axis=-1, stable=True)
+    return (
+        jnp.take_along_axis(sequences, order[:, :, None], axis=1),
+        jnp.take_along_axis(log_prob, order, axis=1),
+    )
+
+
+def _temperature_sample_single_trial(
+    inputs: jax.Array,
+    cache: PyTree,
+    tokens_to_logits: Callable[[DecodingState], tuple[jax.Array, PyTree]],
+    eos_id: int,
+    prng_key: jax.Array,
+    num_decodes: int = 1,
+    temperature: Any = 1.0,
+    topk: Any = 20,
+    topp: Any = 0.0,
+    initial_index: jax.Array | None = None,
+    max_decode_steps: Any = None,
+    rescale_log_probs: bool = True,
+    state_callback_fn: Callable[[SamplingLoopState], SamplingLoopState] | None = None,
+    logit_callback_fn: Callable[[jax.Array, SamplingLoopState], jax.Array] | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """One decode per row of already-expanded ``inputs``, under upstream t5x's private name.
+
+    This is the loop :func:`temperature_sample` runs after laying out ``num_decodes`` rows per
+    example; upstream's own tests call it directly. ``inputs``, ``initial_index`` and
+    ``max_decode_steps`` are per row; ``temperature``, ``topk`` and ``topp`` are scalars or
+    one value per example (``rows / num_decodes`` of them). The defaults are upstream's.
+
+    Returns:
+      ``(sequences [rows, length] int32, log_probs [rows] float32)``, unsorted.
+    """
+    inputs = _checks.check_inputs(inputs)
+    rows, length = inputs.shape
+    if rows % num_decodes:
+        raise ValueError(f"inputs has {rows} rows, not a multiple of num_decodes={num_decodes}")
+    batch = rows // num_decodes
+    for name, value in (("temperature", temperature), ("topk", topk), ("topp", topp)):
+        _checks.check_per_example(name, value, batch)
+    _validate_sampling_values(temperature, topk, topp)
+    if initial_index is not None:
+        _checks.check_initial_index(initial_index, rows, length)
+        initial_index = jnp.asarray(initial_index, jnp.int32)
+    if max_decode_steps is not None:
+        _checks.check_per_example("max_decode_steps", max_decode_steps, rows)
+        steps = _checks.concrete(max_decode_steps)
+        if steps is not None and np.any(steps < 0):
+            raise ValueError(f"max_decode_steps must be >= 0, got {steps.tolist()}")
+        max_decode_steps = jnp.asarray(max_decode_steps, jnp.int32)
+    return _sample_rows(
+        inputs,
+        cache,
+        tokens_to_logits,
+        eos_id,
+        prng_key,
         temperature=_rows(temperature, num_decodes),
         topk=topk if isinstance(topk, int | np.integer) else _rows(topk, num_decodes),
         topp=_rows(topp, num_decodes),
@@ -194,13 +261,6 @@ def temperature_sample(
         rescale_log_probs=rescale_log_probs,
         state_callback_fn=state_callback_fn,
         logit_callback_fn=logit_callback_fn,
-    )
-    sequences = unflatten_beam_dim(sequences, batch, num_decodes)
-    log_prob = unflatten_beam_dim(log_prob, batch, num_decodes)
-    order = jnp.argsort(log_prob, axis=-1, stable=True)
-    return (
-        jnp.take_along_axis(sequences, order[:, :, None], axis=1),
-        jnp.take_along_axis(log_prob, order, axis=1),
     )
 
 
@@ -263,7 +323,7 @@ def _sample_rows(
             scaled = topk_mask(scaled, topk)
         if not _is_off(topp):
             scaled = topp_mask(scaled, topp)
-        token = jax.random.categorical(key, scaled, axis=-1).astype(jnp.int32)
+        token = jax.random.categorical(key, scaled).astype(jnp.int32)
         lp = _pick(jax.nn.log_softmax(scaled if rescale_log_probs else logits), token)
         return token, lp
 
@@ -285,7 +345,8 @@ def _sample_rows(
         if logit_callback_fn is not None:
             logits = logit_callback_fn(logits, state)
         vocab = logits.shape[-1]
-        if isinstance(topk, int | np.integer) and topk > vocab:
+        # Greedy decoding never filters, so a top-k above the vocabulary only matters when sampling.
+        if isinstance(topk, int | np.integer) and topk > vocab and not all_greedy:
             raise ValueError(f"topk={topk} is larger than the vocabulary size {vocab}")
 
         if all_greedy:
@@ -308,7 +369,10 @@ def _sample_rows(
         log_prob = state.log_prob + jnp.where(free & ~state.ended, lp, 0.0)
         token = jnp.where(state.ended, 0, token)
         sequences = _write_position(state.sequences, index + 1, token)
-        ended = state.ended | (free & (token == eos_id)) | (index >= end_index - 1)
+        # EOS ends a row where the prompt had no token: decoded, or written there by a
+        # state_callback_fn (a prompt's own EOS does not count).
+        outside_prompt = _read_position(sequences0, index + 1) == 0
+        ended = state.ended | (outside_prompt & (token == eos_id)) | (index >= end_index - 1)
         return SamplingLoopState(
             step=state.step + 1,
             cur_index=index + 1,
