@@ -1,5 +1,8 @@
 """Device meshes, logical-axis rules and a jit-based Partitioner for t5x."""
 
+from jax.sharding import PartitionSpec
+
+from t5x.partitioning._chunker import LocalChunker, LocalChunkInfo
 from t5x.partitioning._context import axis_rules, with_sharding_constraint
 from t5x.partitioning._layout import ProcessChunks, process_chunks
 from t5x.partitioning._mesh import default_mesh, get_cpu_mesh, get_gpu_mesh, get_mesh, make_mesh
@@ -21,9 +24,17 @@ from t5x.partitioning._rules import (
     logical_to_partition_specs,
     logical_to_shardings,
     standard_logical_axis_rules,
+    update_logical_axis_rules,
 )
+from t5x.partitioning._topology import bounds_from_last_device, get_coords
 
 __all__ = [
+    "LocalChunkInfo",
+    "LocalChunker",
+    "PartitionSpec",
+    "bounds_from_last_device",
+    "get_coords",
+    "update_logical_axis_rules",
     "LogicalAxisRules",
     "MeshAxes",
     "PartitionedFunction",

@@ -70,6 +70,22 @@ def standard_logical_axis_rules(
     return rules
 
 
+def update_logical_axis_rules(
+    rules: LogicalAxisRules, overrides: LogicalAxisRules | None
+) -> tuple[tuple[str, MeshAxes], ...]:
+    """``rules`` with ``overrides`` applied, as upstream t5x's helper of that name.
+
+    A rule whose name appears in ``overrides`` takes the override's mesh axes and keeps
+    its place (so its priority); override names not in ``rules`` are appended in order.
+    """
+    overrides = tuple(overrides or ())
+    replaced = dict(overrides)
+    names = {name for name, _ in rules}
+    updated = [(name, replaced.get(name, axes)) for name, axes in rules]
+    updated.extend((name, axes) for name, axes in overrides if name not in names)
+    return tuple(updated)
+
+
 def _normalise_mesh_axes(axes: Any) -> MeshAxes:
     if axes is None or isinstance(axes, str):
         return axes
