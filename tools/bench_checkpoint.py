@@ -178,7 +178,7 @@ def checksum_work(state, root, step, compression) -> tuple[float, float]:
     """
     import functools
 
-    from t5x.checkpointing import Checkpointer, _integrity, _reader
+    from t5x.checkpointing import Checkpointer, _array_checks, _integrity, _reader
 
     spent = {"save": 0.0, "restore": 0.0}
     phase = ["save"]
@@ -196,11 +196,11 @@ def checksum_work(state, root, step, compression) -> tuple[float, float]:
 
     digests = _integrity.piece_digests
     write_manifest = Checkpointer._write_manifest  # all of the manifest: gathering, building, writing
-    verify = _integrity.ArrayCheck.verify
+    verify = _array_checks.ArrayCheck.verify
     try:
         _integrity.piece_digests = timed(digests)
         Checkpointer._write_manifest = timed(write_manifest)  # type: ignore[method-assign]
-        _integrity.ArrayCheck.verify = timed(verify)  # type: ignore[method-assign]
+        _array_checks.ArrayCheck.verify = timed(verify)  # type: ignore[method-assign]
         ckpt = Checkpointer(root, async_save=False, compression=compression)
         ckpt.save(step, state)
         phase[0] = "restore"
@@ -211,7 +211,7 @@ def checksum_work(state, root, step, compression) -> tuple[float, float]:
     finally:
         _integrity.piece_digests = digests
         Checkpointer._write_manifest = write_manifest  # type: ignore[method-assign]
-        _integrity.ArrayCheck.verify = verify  # type: ignore[method-assign]
+        _array_checks.ArrayCheck.verify = verify  # type: ignore[method-assign]
 
     def metadata_seconds(check: bool) -> float:
         best = float("inf")
@@ -349,12 +349,14 @@ def main() -> None:
         f"{len(jax.tree.leaves(state))} arrays, {mb:.0f} MB; scratch {scratch}"
     )
     results: dict[str, list[float]] = {}
+    loads: list[float] = []  # the 1-minute load average as each round starts (the machine may be shared)
 
     def add(key, value):
         results.setdefault(key, []).append(value)
 
     step = 0
     for round_index in range(args.repeats):
+        loads.append(os.getloadavg()[0])
         for compression in compressions:
             # Saves slow down as the disk falls behind within a round: with and without
             # checksums take turns going first.
@@ -398,7 +400,8 @@ def main() -> None:
 
     medians = {k: statistics.median(v) for k, v in results.items()}
     print(
-        f"\nload average {os.getloadavg()} (at the start {load_at_start}), {os.cpu_count()} CPUs, "
+        f"\nload average {os.getloadavg()} (at the start {load_at_start}; 1-minute average as rounds "
+        f"started: {min(loads):.1f}-{max(loads):.1f}, median {statistics.median(loads):.1f}), {os.cpu_count()} CPUs, "
         f"jax {jax.__version__} ({jax.default_backend()})"
     )
     print(f"{'run':34} {'median s':>9} {'MB/s':>8} {'vs orbax':>9}")
@@ -429,6 +432,7 @@ def main() -> None:
                     "bytes": nbytes,
                     "loadavg": os.getloadavg(),
                     "loadavg_at_start": load_at_start,
+                    "loadavg_per_round": loads,
                     "seconds": results,
                     "medians": medians,
                 },

@@ -207,10 +207,13 @@ def test_intact_checkpoint_reads_every_way(pristine, read):
 
 
 def _records(step):
-    """The manifest's array records with each whole .zarray put back, as readers see them."""
-    from t5x.checkpointing import _integrity
+    """The manifest's array records with each whole .zarray put back (as version 1 stored them)."""
+    from t5x.checkpointing import _manifest
 
-    return _integrity.load_manifest(str(step)).arrays
+    manifest = _manifest.load_manifest(str(step))
+    return {
+        folder: {**record, "zarray": manifest.zarray(folder)} for folder, record in manifest.arrays.items()
+    }
 
 
 def test_manifest_records_every_zarray_exactly_as_written(pristine):
@@ -372,16 +375,16 @@ def test_changed_recorded_checksum_is_refused(model_dir):
 
 
 def test_manifest_is_parsed_again_when_its_bytes_change(model_dir):
-    from t5x.checkpointing import _integrity
+    from t5x.checkpointing import _manifest
 
     step = _step(model_dir)
-    first = _integrity.load_manifest(str(step))
-    assert _integrity.load_manifest(str(step)) is first  # same bytes: parsed once (restore reads it twice)
+    first = _manifest.load_manifest(str(step))
+    assert _manifest.load_manifest(str(step)) is first  # same bytes: parsed once (restore reads it twice)
     manifest = step / "checksums.json"
     contents = json.loads(manifest.read_text())
     contents["arrays"][KERNEL]["chunks"]["3.0"] = "0123456789abcdef"
     manifest.write_text(json.dumps(contents))
-    assert _integrity.load_manifest(str(step)).arrays[KERNEL]["chunks"]["3.0"] == "0123456789abcdef"
+    assert _manifest.load_manifest(str(step)).arrays[KERNEL]["chunks"]["3.0"] == "0123456789abcdef"
 
 
 def test_changed_input_state_is_refused(model_dir):

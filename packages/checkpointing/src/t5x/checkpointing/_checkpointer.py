@@ -15,7 +15,7 @@ from typing import Any
 
 import jax
 
-from t5x.checkpointing import _format, _integrity, _multihost, _reader, _restore
+from t5x.checkpointing import _format, _integrity, _manifest, _multihost, _reader, _restore
 from t5x.checkpointing._errors import CheckpointIntegrityError
 from t5x.interfaces import JSONValue, RestoredCheckpoint
 
@@ -263,7 +263,7 @@ class Checkpointer:
         manifest = _integrity.build_manifest(
             tmp_dir, _format.stored_arrays(leaves), merged, files, _format.ts_context()
         )
-        path = os.path.join(tmp_dir, _integrity.MANIFEST_FILE)
+        path = os.path.join(tmp_dir, _manifest.MANIFEST_FILE)
         _integrity.write_json(path, manifest)
         for part in parts:
             os.remove(part)
@@ -448,14 +448,14 @@ def _read_input_state(step_dir: str, verify: bool = True) -> dict[str, JSONValue
     if not os.path.exists(path):
         return None
     real, step_real = os.path.realpath(path), os.path.realpath(step_dir)
-    if not _integrity.inside(real, step_real):
+    if not _manifest.inside(real, step_real):
         raise CheckpointIntegrityError(
             f"{path} resolves to {real}, outside the step folder {step_real}", path=path
         )
     with open(path, "rb") as handle:
         raw = handle.read()
     if verify:
-        manifest = _integrity.load_manifest(step_dir)
+        manifest = _manifest.load_manifest(step_dir)
         if manifest is not None:
             manifest.check_file(name, raw, path, required=True)
     try:

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import tensorstore as ts
 
-from t5x.checkpointing import _codec, _format, _integrity, _specs, _tree
+from t5x.checkpointing import _array_checks, _codec, _format, _integrity, _manifest, _specs, _tree
 from t5x.checkpointing._errors import CheckpointIntegrityError
 
 _STEP_DIR = re.compile(r"^checkpoint_(\d+)$")
@@ -45,7 +45,7 @@ class LazyArray:
         value: np.ndarray | None = None,
         context: ts.Context | None = None,
         *,
-        check: _integrity.ArrayCheck | None = None,
+        check: _array_checks.ArrayCheck | None = None,
     ) -> None:
         self.name = name
         self.shape = tuple(shape)
@@ -339,7 +339,7 @@ def _t5x_sources(
     """
     index_path = os.path.join(step_dir, _format.INDEX_FILE)
     step_real = os.path.realpath(step_dir)
-    if not _integrity.inside(os.path.realpath(index_path), step_real):
+    if not _manifest.inside(os.path.realpath(index_path), step_real):
         raise CheckpointIntegrityError(
             f"{index_path} resolves to {os.path.realpath(index_path)}, outside the step folder {step_real}",
             path=index_path,
@@ -359,13 +359,13 @@ def _t5x_sources(
         for path, value in flat.items()
         if _specs.is_spec(value)
     }
-    manifest = _integrity.load_manifest(step_dir) if verify else None
+    manifest = _manifest.load_manifest(step_dir) if verify else None
     if manifest is not None:
         manifest.check_file(_format.INDEX_FILE, raw, index_path, required=True)
     elif verify:
         _integrity.warn_unverified(
             step_dir,
-            f"it has no {_integrity.MANIFEST_FILE} (written by upstream T5X or before checksums), "
+            f"it has no {_manifest.MANIFEST_FILE} (written by upstream T5X or before checksums), "
             "so missing or changed chunks cannot be detected",
         )
     with os.scandir(step_dir) as scan:
@@ -388,7 +388,7 @@ def _t5x_sources(
                             name=name,
                             path=manifest.path,
                         )
-                check = _integrity.check_array(
+                check = _array_checks.check_array(
                     name,
                     spec["kvstore"]["path"],
                     step_real,
@@ -396,6 +396,7 @@ def _t5x_sources(
                     index_dtype=dtype,
                     record=record,
                     verify=verify,
+                    manifest=manifest,
                     step_entries=None if "/" in relative else step_entries,
                 )
             except CheckpointIntegrityError as error:
@@ -448,7 +449,7 @@ def _orbax_sources(item_dir: str, context: ts.Context, verify: bool) -> dict[_tr
     driver = "zarr3" if metadata.get("use_zarr3") else "zarr"
     base = os.path.abspath(item_dir) + "/"
     step_real = os.path.realpath(os.path.dirname(os.path.abspath(item_dir)))
-    _integrity.check_tree_contained(item_dir, step_real)
+    _array_checks.check_tree_contained(item_dir, step_real)
     if verify:
         _integrity.warn_unverified(
             os.path.dirname(os.path.abspath(item_dir)),
@@ -469,7 +470,7 @@ def _orbax_sources(item_dir: str, context: ts.Context, verify: bool) -> dict[_tr
             kvstore: dict[str, Any] = {"driver": "ocdbt", "base": f"file://{base}", "path": relative + "/"}
         else:
             kvstore = {"driver": "file", "path": base + relative + "/"}
-            _integrity.check_array(
+            _array_checks.check_array(
                 name,
                 base + relative,
                 step_real,

@@ -6,7 +6,7 @@ import dataclasses
 import os
 import time
 
-from t5x.checkpointing import _format, _integrity, _reader
+from t5x.checkpointing import _format, _integrity, _manifest, _reader
 from t5x.checkpointing._errors import CheckpointIntegrityError
 
 _LISTED_PROBLEMS = 20
@@ -54,11 +54,11 @@ class VerificationReport:
         if self.fully_verified:
             return (
                 head + f"OK: {arrays} and {_count(self.files, 'file')} match their "
-                f"{_integrity.ALGORITHM} checksums, {_count(self.inline, 'value')} inline in the index "
+                f"{_manifest.ALGORITHM} checksums, {_count(self.inline, 'value')} inline in the index "
                 f"({self.seconds:.2f} s)"
             )
         return (
-            head + f"UNVERIFIED: no {_integrity.MANIFEST_FILE} (written by upstream T5X, Orbax or "
+            head + f"UNVERIFIED: no {_manifest.MANIFEST_FILE} (written by upstream T5X, Orbax or "
             f"before checksums); {_count(self.arrays, 'array')} ({_size(self.bytes)}) read and decoded, "
             f"{self.verified} verified, {self.unverified} not ({self.seconds:.2f} s)"
         )
@@ -109,7 +109,7 @@ def verify_checkpoint(path: str | os.PathLike[str], step: int | None = None) -> 
         _integrity.quiet = quiet
     layout = "t5x" if os.path.isfile(os.path.join(step_dir, _format.INDEX_FILE)) else "orbax"
     files = 0
-    manifest = _integrity.load_manifest(step_dir) if layout == "t5x" else None
+    manifest = _manifest.load_manifest(step_dir) if layout == "t5x" else None
     if manifest is not None:
         files = 1  # the index: compared by read_sources
         for name in sorted(manifest.files):
