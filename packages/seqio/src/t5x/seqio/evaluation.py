@@ -194,7 +194,7 @@ class Evaluator:
     def __init__(
         self,
         mixture_or_task_name: Any,
-        feature_converter: FeatureConverter,
+        feature_converter: Any,
         eval_split: str = "validation",
         use_cached: bool = False,
         seed: int | None = 42,
