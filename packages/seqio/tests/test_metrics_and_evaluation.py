@@ -423,3 +423,13 @@ def test_provenance_tracking_records_the_registering_call_site(clean_registry):
     finally:
         provenance._PROVIDER_PROVENANCE_LOOKUP = None
     assert not provenance.registration_provenance_tracking_is_on() and provenance.view_provenances() == {}
+
+
+def test_file_source_without_splits_core_refuses_facade_accepts():
+    """docs/differences.md row 15."""
+    with pytest.raises(ValueError, match="TextLineDataSource needs at least one split"):
+        core.TextLineDataSource({})
+    assert seqio.TextLineDataSource({}).splits == ()
+    assert seqio.FunctionDataSource(lambda split, shuffle_files: None, splits="validation").splits == (
+        "validation",
+    )
