@@ -297,6 +297,20 @@ def test_damaged_zarray_record_is_refused_naming_the_parameter(model_dir):
         load_t5x_checkpoint(model_dir)
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("chunk_shape", [0, 8]), ("shape", "16x8"), ("shape", [16, [8]]), ("chunk_shape", [4])],
+)
+def test_unusable_shape_record_is_refused_naming_the_parameter(model_dir, field, value):
+    manifest = _step(model_dir) / "checksums.json"
+    contents = json.loads(manifest.read_text())
+    contents["arrays"][KERNEL][field] = value
+    manifest.write_text(json.dumps(contents))
+    with pytest.raises(CheckpointIntegrityError, match="has no valid shape / chunks") as info:
+        load_t5x_checkpoint(model_dir)
+    assert info.value.name == KERNEL and f"{KERNEL}/.zarray" in str(info.value)
+
+
 def test_verification_report(pristine):
     report = verify_checkpoint(pristine)
     assert isinstance(report, VerificationReport)
