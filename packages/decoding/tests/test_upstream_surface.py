@@ -157,3 +157,13 @@ def test_top_k_two_stage_equals_lax_top_k(shape, k):
 def test_top_k_two_stage_rejects_k_beyond_the_row():
     with pytest.raises(ValueError, match="k=11 for rows of length n=10"):
         decoding.top_k_two_stage(jnp.zeros((2, 10)), 11)
+
+
+def test_a_topk_above_the_vocabulary_only_matters_when_sampling():
+    # Upstream's per-row loop defaults to topk=20; greedy decoding never filters.
+    seqs, _ = decoding.temperature_sample(
+        np.zeros((1, 2), np.int32), {}, _constant_logits([3]), EOS, temperature=0.0, topk=20
+    )
+    assert np.asarray(seqs).tolist() == [[[3, 3]]]
+    with pytest.raises(ValueError, match="topk=20 is larger than the vocabulary size 5"):
+        decoding.temperature_sample(np.zeros((1, 2), np.int32), {}, _constant_logits([3]), EOS, topk=20)
