@@ -12,33 +12,15 @@ from t5x.launch import ConfigurationError
 from t5x.launch._cli import main
 from t5x.launch._eval_job import check_task_fits
 
-TINY = [
-    "--gin_file=models/demo/tiny.gin",
-    "--gin.models.T5Config.emb_dim=32",
-    "--gin.models.T5Config.mlp_dim=64",
-    "--gin.models.T5Config.num_heads=2",
-    "--gin.models.T5Config.head_dim=16",
-    "--gin.models.T5Config.num_encoder_layers=1",
-    "--gin.models.T5Config.num_decoder_layers=1",
-]
-
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    """A model folder with checkpoints at steps 2 and 4, trained with lengths 24 / 20 (not eval.gin's)."""
-    folder = tmp_path_factory.mktemp("run")
-    args = [
-        "train",
-        *TINY,
-        "--gin_file=runs/pretrain.gin",
-        "--gin.MIXTURE_OR_TASK_NAME=synthetic_copy",
-        "--gin.TASK_FEATURE_LENGTHS={'inputs': 24, 'targets': 20}",
-        "--gin.BATCH_SIZE=8",
-        f"--gin.MODEL_DIR={folder}",
-        "--gin.TRAIN_STEPS=4",
-        "--gin.CHECKPOINT_PERIOD=2",
-    ]
-    assert main(args) == 0
+def model_dir(trained_run):
+    """A model folder with checkpoints at steps 2 and 4, trained with lengths 24 / 20 (not eval.gin's).
+
+    The session's shared run (conftest's `trained_run`): the tests only read it.
+    """
+    folder, args = trained_run
+    assert "--gin.TASK_FEATURE_LENGTHS={'inputs': 24, 'targets': 20}" in args
     return folder
 
 

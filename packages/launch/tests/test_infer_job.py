@@ -7,7 +7,7 @@ import pytest
 
 from t5x.launch._cli import main
 
-pytestmark = pytest.mark.slow  # a tiny model trained once, then about ten short inference jobs
+pytestmark = pytest.mark.slow  # about ten short inference jobs on the session's trained tiny model
 
 TINY = [
     "--gin_file=models/demo/tiny.gin",
@@ -56,20 +56,10 @@ def _register_tasks():
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    model_dir = tmp_path_factory.mktemp("run")
-    args = [
-        "train",
-        *TINY,
-        "--gin_file=runs/pretrain.gin",
-        "--gin.MIXTURE_OR_TASK_NAME=synthetic_copy",
-        LENGTHS,
-        "--gin.BATCH_SIZE=4",
-        f"--gin.MODEL_DIR={model_dir}",
-        "--gin.TRAIN_STEPS=2",
-        "--gin.CHECKPOINT_PERIOD=2",
-    ]
-    assert main(args) == 0
+def checkpoint(trained_run):
+    """Step 2 of the session's shared run (conftest's `trained_run`, trained with other lengths:
+    the parameters do not depend on them). Read only: every job writes elsewhere."""
+    model_dir, _ = trained_run
     _register_tasks()
     return model_dir / "checkpoint_2"
 

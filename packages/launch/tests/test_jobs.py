@@ -2,6 +2,7 @@
 
 import json
 import pathlib
+import shutil
 
 import pytest
 
@@ -24,19 +25,9 @@ DATA = [
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    model_dir = tmp_path_factory.mktemp("run")
-    args = [
-        "train",
-        *TINY,
-        "--gin_file=runs/pretrain.gin",
-        *DATA,
-        f"--gin.MODEL_DIR={model_dir}",
-        "--gin.TRAIN_STEPS=4",
-        "--gin.CHECKPOINT_PERIOD=2",
-    ]
-    assert main(args) == 0
-    return model_dir, args
+def trained(trained_run):
+    """The session's shared run (conftest's `trained_run`): 4 steps, a checkpoint every 2."""
+    return trained_run
 
 
 def test_train_writes_checkpoints_config_and_model_info(trained):
@@ -52,10 +43,12 @@ def test_train_writes_checkpoints_config_and_model_info(trained):
     assert any("loss" in "".join(line) or "loss" in json.dumps(line) for line in lines)
 
 
-def test_train_resumes_from_the_latest_checkpoint(trained):
-    model_dir, args = trained
+def test_train_resumes_from_the_latest_checkpoint(trained, tmp_path):
+    shared, args = trained
+    model_dir = tmp_path / "run"
+    shutil.copytree(shared, model_dir)  # the shared folder stays as trained
     more = [a for a in args if not a.startswith("--gin.TRAIN_STEPS")] + ["--gin.TRAIN_STEPS=6"]
-    assert main(more) == 0
+    assert main([*more, f"--gin.MODEL_DIR={model_dir}"]) == 0
     assert (model_dir / "checkpoint_6").is_dir()
 
 

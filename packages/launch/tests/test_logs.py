@@ -67,8 +67,9 @@ def test_train_prints_a_line_per_log_period_and_names_the_files_it_wrote(tmp_pat
     assert on_disk <= set(named), (on_disk, named)
 
 
-def test_eval_shows_decoding_progress_and_names_its_files(tmp_path, capsys):
-    model_dir, out_dir = tmp_path / "run", tmp_path / "eval"
+def test_eval_shows_decoding_progress_and_names_its_files(trained_run, tmp_path, capsys):
+    model_dir, _ = trained_run  # the session's shared run of this model (conftest): read only
+    out_dir = tmp_path / "eval"
     common = [
         "--gin_file=models/demo/tiny.gin",
         *SMALL,
@@ -76,8 +77,6 @@ def test_eval_shows_decoding_progress_and_names_its_files(tmp_path, capsys):
         "--gin.TASK_FEATURE_LENGTHS={'inputs': 16, 'targets': 16}",
         "--gin.BATCH_SIZE=8",
     ]
-    train = [*common, "--gin_file=runs/pretrain.gin", "--gin.TRAIN_STEPS=1", f"--gin.MODEL_DIR={model_dir}"]
-    assert main(["train", *train]) == 0
     capsys.readouterr()
     evaluate = [
         *common,
