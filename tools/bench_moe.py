@@ -103,7 +103,7 @@ def train_step(quick: bool, steps: int, warmup: int) -> list[dict]:
     return results
 
 
-def _problem_batches(task: str, steps: int, batch: int, length: int) -> tuple[list[dict], int]:
+def _problem_batches(task: str, steps: int, batch: int, length: int, seed: int = 0) -> tuple[list[dict], int]:
     from t5x.tasks.builtin import PROBLEMS, builtin_vocabulary, make_examples
 
     vocab = builtin_vocabulary()
@@ -111,6 +111,10 @@ def _problem_batches(task: str, steps: int, batch: int, length: int) -> tuple[li
     per_problem = [make_examples(p, "train", steps * batch // len(problems) + batch) for p in problems]
     # Interleaved, so every batch mixes the problems (the mixture's equal rates).
     pairs = [per_problem[i % len(problems)][i // len(problems)] for i in range(steps * batch)]
+    if seed:
+        # Another seed also sees the examples in another order (seed 0 keeps the original one).
+        order = np.random.default_rng(seed).permutation(len(pairs))
+        pairs = [pairs[i] for i in order]
 
     def pad(ids: list[int]) -> list[int]:
         ids = [*ids[: length - 1], vocab.eos_id]
@@ -131,14 +135,14 @@ def _problem_batches(task: str, steps: int, batch: int, length: int) -> tuple[li
     return out, vocab.vocab_size
 
 
-def quality(steps: int, task: str, experts: int, capacity: float) -> dict:
+def quality(steps: int, task: str, experts: int, capacity: float, seed: int = 0, lr: float = 3e-3) -> dict:
     import jax
     import optax
 
     from t5x.models import EncoderDecoderModel
     from t5x.moe import MoeEncoderDecoderModel, MoeT5Config, dense_twin
 
-    batches, vocab_size = _problem_batches(task, steps, 32, 32)
+    batches, vocab_size = _problem_batches(task, steps, 32, 32, seed)
     cfg = MoeT5Config(
         vocab_size=vocab_size, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128,
         mlp_activations=("gelu", "linear"), dropout_rate=0.0, num_encoder_layers=2, num_decoder_layers=2,
@@ -152,14 +156,16 @@ def quality(steps: int, task: str, experts: int, capacity: float) -> dict:
         "length": 32,
         "experts": experts,
         "capacity": capacity,
+        "seed": seed,
+        "lr": lr,
     }
     for name, model in (
         ("dense", EncoderDecoderModel(dense_twin(cfg))),
         ("moe", MoeEncoderDecoderModel(cfg)),
     ):
         shapes = {k: v.shape for k, v in batches[0].items()}
-        params = model.get_initial_variables(jax.random.PRNGKey(0), shapes)["params"]
-        opt = optax.adam(3e-3)
+        params = model.get_initial_variables(jax.random.PRNGKey(seed), shapes)["params"]
+        opt = optax.adam(lr)
         state = opt.init(params)
 
         @jax.jit
@@ -182,6 +188,21 @@ def quality(steps: int, task: str, experts: int, capacity: float) -> dict:
             ),
         }
     return result
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Several seeds of one setting: each run, and mean / spread (max - min) of the final losses."""
+    out = {k: v for k, v in runs[0].items() if k not in ("seed", "dense", "moe")}
+    out["seeds"] = [r["seed"] for r in runs]
+    out["runs"] = runs
+    for name in ("dense", "moe"):
+        finals = [r[name]["final_loss"] for r in runs]
+        out[f"{name}_final_mean"] = float(np.mean(finals))
+        out[f"{name}_final_spread"] = float(np.max(finals) - np.min(finals))
+    gaps = [r["moe"]["final_loss"] - r["dense"]["final_loss"] for r in runs]
+    out["moe_minus_dense"] = gaps
+    out["moe_wins"] = sum(g < 0 for g in gaps)
+    return out
 
 
 def moe_train_step_rows(run_tool, make_row, quick: bool, load, log, timeout) -> list[dict]:
@@ -210,10 +231,16 @@ def main() -> None:
     )
     parser.add_argument("--experts", type=int, default=8, help="with --quality")
     parser.add_argument("--capacity", type=float, default=2.0, help="with --quality: train capacity factor")
+    parser.add_argument("--lr", type=float, default=3e-3, help="with --quality: Adam learning rate")
+    parser.add_argument(
+        "--seeds", default="0", help="with --quality: comma-separated seeds (init and example order)"
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     if args.quality:
-        data = quality(args.quality, args.task, args.experts, args.capacity)
+        seeds = [int(s) for s in args.seeds.split(",")]
+        runs = [quality(args.quality, args.task, args.experts, args.capacity, s, args.lr) for s in seeds]
+        data = runs[0] if len(runs) == 1 else summarize(runs)
     else:
         data = {"results": train_step(args.quick, args.steps, args.warmup)}
     text = json.dumps(data, indent=1)

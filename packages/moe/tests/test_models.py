@@ -16,6 +16,8 @@ from t5x.moe import (
     MoeEncoderDecoderModel,
     dense_twin,
     moe_preset,
+    scan_moe_params,
+    unscan_moe_params,
     upcycle_params,
 )
 
@@ -221,3 +223,70 @@ def test_active_flops_and_presets(tiny_config):
     assert (base.num_experts, base.emb_dim, base.mlp_dim, base.num_encoder_layers) == (64, 768, 3072, 12)
     with pytest.raises(KeyError, match="unknown MoE preset"):
         moe_preset("switch_huge")
+
+
+@pytest.fixture(scope="module")
+def scanned_pair(tiny_config):
+    # 4 + 2 layers, period 2: the encoder scans two blocks (dense, sparse), the decoder one.
+    cfg = dataclasses.replace(tiny_config, num_encoder_layers=4, eval_capacity_factor=8.0)
+    scanned_cfg = dataclasses.replace(cfg, scan_layers=True)
+    sample = decoding.temperature_sample  # greedy below: cheaper to compile than beam search
+    model = MoeEncoderDecoderModel(cfg, decode_fn=sample)
+    scanned = MoeEncoderDecoderModel(scanned_cfg, decode_fn=sample)
+    params = model.get_initial_variables(jax.random.PRNGKey(7), SHAPES)["params"]
+    return cfg, model, scanned, params
+
+
+def test_scanned_moe_matches_unscanned_with_restacked_params(scanned_pair, random_batch):
+    cfg, model, scanned, params = scanned_pair
+    fresh = jax.eval_shape(lambda rng: scanned.get_initial_variables(rng, SHAPES), jax.random.PRNGKey(7))
+    restacked = scan_moe_params(params, cfg)
+    shapes = {"/".join(k): np.shape(v) for k, v in traverse_util.flatten_dict(restacked).items()}
+    assert shapes == {"/".join(k): v.shape for k, v in traverse_util.flatten_dict(fresh["params"]).items()}
+    # Upstream's scanned MoE layout: [experts, layers, embed, mlp] experts, [embed, layers, experts] router.
+    assert shapes["encoder/layers/subblock_1/mlp/expert/wi/kernel"] == (4, 2, 16, 32)
+    assert shapes["encoder/layers/subblock_1/mlp/router/router_weights/w/kernel"] == (16, 2, 4)
+    assert shapes["encoder/layers/subblock_0/mlp/wi/kernel"] == (16, 2, 32)
+    axes = traverse_util.flatten_dict(fresh["params_axes"])
+    assert axes[("encoder", "layers", "subblock_1", "mlp", "expert", "wi", "kernel_axes")].names == (
+        "expert",
+        "layers",
+        "embed",
+        "mlp",
+    )
+    np.testing.assert_array_equal(
+        restacked["encoder"]["layers"]["subblock_1"]["mlp"]["expert"]["wo"]["kernel"][:, 1],
+        params["encoder"]["layers_3"]["mlp"]["expert"]["wo"]["kernel"],
+    )
+    back = traverse_util.flatten_dict(unscan_moe_params(restacked, cfg))
+    assert all(np.array_equal(back[k], v) for k, v in traverse_util.flatten_dict(params).items())
+    batch = random_batch(5)
+    loss, metrics = model.loss_fn(params, batch, None)
+    scanned_loss, scanned_metrics = scanned.loss_fn(restacked, batch, None)
+    np.testing.assert_allclose(float(scanned_loss), float(loss), rtol=1e-6)
+    for name in ("auxiliary_loss", "expert_usage", "fraction_tokens_left_behind", "router_confidence"):
+        np.testing.assert_allclose(
+            float(scanned_metrics[f"experts/{name}"]), float(metrics[f"experts/{name}"]), rtol=1e-6
+        )
+    # Decoding steps through the scanned cache and gives the unscanned model's tokens.
+    greedy = {"temperature": 0.0, "max_decode_steps": 4}
+    want, _ = model.predict_batch_with_aux(params, batch, decoder_params=greedy)
+    got, _ = scanned.predict_batch_with_aux(restacked, batch, decoder_params=greedy)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_upcycling_into_a_scanned_moe(tiny_config, dense_model, model_and_params):
+    cfg = dataclasses.replace(tiny_config, scan_layers=True)
+    fresh = scan_moe_params(model_and_params[1], tiny_config)  # the scanned init's tree (test above)
+    upcycled = upcycle_params(dense_model[1], fresh, cfg)
+    assert set(traverse_util.flatten_dict(upcycled)) == set(traverse_util.flatten_dict(fresh))
+    flat = traverse_util.flatten_dict(unscan_moe_params(upcycled, tiny_config))
+    dense_wi = np.asarray(dense_model[1]["decoder"]["layers_1"]["mlp"]["wi"]["kernel"])
+    for e in range(4):
+        np.testing.assert_array_equal(
+            flat[("decoder", "layers_1", "mlp", "expert", "wi", "kernel")][e], dense_wi
+        )
+    router = ("encoder", "layers", "subblock_1", "mlp", "router", "router_weights", "w", "kernel")
+    np.testing.assert_array_equal(
+        traverse_util.flatten_dict(upcycled)[router], traverse_util.flatten_dict(fresh)[router]
+    )

@@ -110,8 +110,8 @@ def test_bad_configs_are_named():
         MoeT5Config(**common, router="hash")
     with pytest.raises(ValueError, match="num_selected_experts"):
         MoeT5Config(**common, num_experts=2, num_selected_experts=3)
-    with pytest.raises(ValueError, match="scan_layers=True is not supported"):
-        MoeT5Config(**common, scan_layers=True)
+    with pytest.raises(ValueError, match=r"the encoder has 3 layers \(3 % 2 = 1\)"):
+        MoeT5Config(**common, num_encoder_layers=3, num_decoder_layers=2, scan_layers=True)
     with pytest.raises(ValueError, match="without an MoE layer"):
         MoeT5Config(**common, num_encoder_layers=2, num_decoder_layers=2, moe_layer_period=3)
     with pytest.raises(ValueError, match="a decoder must route tokens-choose"):

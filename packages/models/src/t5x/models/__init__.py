@@ -28,7 +28,15 @@ from t5x.models._losses import (
 )
 from t5x.models._models import DecoderOnlyModel, EncoderDecoderModel, prefill_spans
 from t5x.models._mtf_names import mtf_to_t5x_state, mtf_variable_to_t5x, t5_config_from_params
-from t5x.models._network import Decoder, DecoderLayer, Encoder, EncoderLayer
+from t5x.models._network import (
+    Decoder,
+    DecoderLayer,
+    Encoder,
+    EncoderLayer,
+    FeedForward,
+    LayerBlock,
+    dense_mlp,
+)
 from t5x.models._presets import PRESETS, preset
 from t5x.models._reference import LazyReference
 from t5x.models._scan import scan_params, unscan_params
@@ -54,6 +62,8 @@ __all__ = [
     "EncoderDecoderModel",
     "EncoderDecoderTransformer",
     "EncoderLayer",
+    "FeedForward",
+    "LayerBlock",
     "LayerNorm",
     "LazyReference",
     "MlpBlock",
@@ -69,6 +79,7 @@ __all__ = [
     "cross_entropy_with_logits",
     "token_cross_entropy",
     "decoder_only_flops_per_token",
+    "dense_mlp",
     "dot_product_attention",
     "encoder_decoder_flops_per_token",
     "get_loss_normalizing_factor_and_weights",

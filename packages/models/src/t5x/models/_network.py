@@ -1,7 +1,13 @@
-"""Transformer layers and stacks: encoder, decoder (with or without cross-attention)."""
+"""Transformer layers and stacks: encoder, decoder (with or without cross-attention).
+
+A stack's feed-forward blocks come from a ``FeedForward`` factory (the dense MLP by
+default), so a network that swaps some MLPs for other blocks (t5x-moe's experts)
+reuses these stacks unchanged.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
@@ -54,7 +60,16 @@ def _attention(cfg: Any, name: str, step_kernels: str = "xla") -> MultiHeadDotPr
     )
 
 
-def _mlp(cfg: Any, step_kernels: str = "xla") -> MlpBlock:
+# ``factory(config, layer_index, causal, step_kernels)`` returns the module named ``mlp`` of
+# one layer (``causal``: the layer is in a decoder). Scanned stacks of ``layers_per_scan``
+# layers pass the position inside the scanned block, so a factory must depend on the index
+# only modulo that block length.
+FeedForward = Callable[[Any, int, bool, str], nn.Module]
+
+
+def dense_mlp(cfg: Any, layer_index: int = 0, causal: bool = False, step_kernels: str = "xla") -> MlpBlock:
+    """The dense feed-forward block of every layer (the default ``FeedForward``)."""
+    del layer_index, causal
     return MlpBlock(
         intermediate_dim=cfg.mlp_dim,
         activations=cfg.mlp_activations,
@@ -75,6 +90,8 @@ class EncoderLayer(nn.Module):
     """Pre-norm self-attention and MLP block with residuals (bidirectional)."""
 
     config: Any
+    feed_forward: FeedForward | None = None
+    layer_index: int = 0
 
     @nn.compact
     def __call__(
@@ -93,7 +110,9 @@ class EncoderLayer(nn.Module):
         x = _dropout(cfg, x, deterministic) + inputs
         x = constrain(x, _BLC)
         y = LayerNorm(dtype=cfg.dtype, name="pre_mlp_layer_norm")(x)
-        y = _mlp(cfg)(y, deterministic=deterministic)
+        y = (self.feed_forward or dense_mlp)(cfg, self.layer_index, False, "xla")(
+            y, deterministic=deterministic
+        )
         y = constrain(_dropout(cfg, y, deterministic) + x, _BLC)
         return (y, None) if cfg.scan_layers else y
 
@@ -101,12 +120,15 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Causal self-attention, optional cross-attention to ``encoded``, and MLP.
 
-    ``step_kernels`` is how a decoding step multiplies (see ``MultiHeadDotProductAttention``).
+    ``step_kernels`` is how a decoding step multiplies (see ``MultiHeadDotProductAttention``);
+    ``feed_forward`` makes the ``mlp`` block (the dense MLP when None).
     """
 
     config: Any
     cross_attention: bool = True
     step_kernels: str = "xla"
+    feed_forward: FeedForward | None = None
+    layer_index: int = 0
 
     @nn.compact
     def __call__(
@@ -148,7 +170,8 @@ class DecoderLayer(nn.Module):
             )
             x = constrain(_dropout(cfg, y, deterministic) + x, _BLC)
         z = LayerNorm(dtype=cfg.dtype, name="pre_mlp_layer_norm")(x)
-        z = _mlp(cfg, self.step_kernels)(z, deterministic=deterministic)
+        mlp = (self.feed_forward or dense_mlp)(cfg, self.layer_index, True, self.step_kernels)
+        z = mlp(z, deterministic=deterministic)
         z = constrain(_dropout(cfg, z, deterministic) + x, _BLC)
         return (z, None) if cfg.scan_layers else z
 
@@ -164,6 +187,29 @@ def _remat(cfg: Any, layer: type[nn.Module], static_argnums: tuple[int, ...]) ->
     )
 
 
+class LayerBlock(nn.Module):
+    """``count`` consecutive layers, ``subblock_0`` ... ``subblock_<count-1>``: one scanned step.
+
+    A stack whose layers are not all alike (t5x-moe: dense layers, then a sparse one)
+    scans this block instead of a single layer; layer ``j`` of the block gets
+    ``layer_index=j``.
+    """
+
+    config: Any
+    layer: type[nn.Module]
+    count: int
+    layer_kwargs: tuple[tuple[str, Any], ...] = ()
+
+    @nn.compact
+    def __call__(self, x: jax.Array, *args: Any) -> Any:
+        for j in range(self.count):
+            layer = self.layer(
+                config=self.config, layer_index=j, name=f"subblock_{j}", **dict(self.layer_kwargs)
+            )
+            x, _ = layer(x, *args)  # scanned layers return (carry, None)
+        return x, None
+
+
 def run_layers(
     module: nn.Module,
     cfg: Any,
@@ -171,28 +217,51 @@ def run_layers(
     num_layers: int,
     x: jax.Array,
     args: tuple[Any, ...],
+    layers_per_scan: int | None = None,
     **kwargs: Any,
 ) -> jax.Array:
     """Applies ``num_layers`` copies of ``layer`` to ``x``, looped or scanned.
 
-    Unscanned layers are named ``layers_<i>``; scanned ones share the name
-    ``layers`` with parameters stacked on axis 1 and caches on axis 0.
+    Unscanned layers are named ``layers_<i>`` (and get ``layer_index=i``). Scanned
+    ones share the name ``layers`` with parameters stacked on axis 1 and caches on
+    axis 0; with ``layers_per_scan`` the scanned unit is a ``LayerBlock`` of that many
+    layers (``layers/subblock_<j>/...``, ``num_layers / layers_per_scan`` steps).
+
+    Raises:
+      ValueError: when ``layers_per_scan`` does not divide ``num_layers``.
     """
     # Positional indices (self excluded) of the Python-valued arguments.
     statics = tuple(i + 1 for i, a in enumerate(args) if isinstance(a, (bool, int)) or a is None)
-    block = _remat(cfg, layer, statics)
     if not cfg.scan_layers:
+        block = _remat(cfg, layer, statics)
         for i in range(num_layers):
-            x = block(config=cfg, name=f"layers_{i}", **kwargs)(x, *args)
+            x = block(config=cfg, layer_index=i, name=f"layers_{i}", **kwargs)(x, *args)
         return x
+    steps = num_layers
+    if layers_per_scan is None:
+        block = _remat(cfg, layer, statics)
+    else:
+        if num_layers % layers_per_scan:
+            raise ValueError(
+                f"scan_layers: {num_layers} layers cannot be scanned in blocks of {layers_per_scan} "
+                f"(the block length must divide the depth); got num_layers={num_layers}, "
+                f"block={layers_per_scan}"
+            )
+        steps = num_layers // layers_per_scan
+        block = _remat(cfg, LayerBlock, statics)
+        kwargs = {"layer": layer, "count": layers_per_scan, "layer_kwargs": tuple(sorted(kwargs.items()))}
     initializing = module.is_mutable_collection("params")
     params_spec = 1 if initializing else nn_partitioning.ScanIn(1)
+    # Sown values (t5x-moe's router metrics) stack on a leading layers axis.
+    variable_axes: dict[Any, Any] = {"params": params_spec, "cache": 0}
+    if layers_per_scan is not None:
+        variable_axes["intermediates"] = 0
     scanned = nn_partitioning.scan_with_axes(
         block,
-        variable_axes={"params": params_spec, "cache": 0},
+        variable_axes=variable_axes,
         split_rngs={"params": True, "dropout": True},
         in_axes=(nn.broadcast,) * len(args),
-        length=num_layers,
+        length=steps,
         axis_name="layers",
     )
     x, _ = scanned(config=cfg, name="layers", **kwargs)(x, *args)
@@ -200,10 +269,16 @@ def run_layers(
 
 
 class Encoder(nn.Module):
-    """Embedding dropout, the encoder layers and ``encoder_norm``."""
+    """Embedding dropout, the encoder layers and ``encoder_norm``.
+
+    ``feed_forward`` makes each layer's ``mlp`` (the dense MLP when None);
+    ``layers_per_scan`` is the scanned unit's length (see ``run_layers``).
+    """
 
     config: Any
     shared_embedding: nn.Module
+    feed_forward: FeedForward | None = None
+    layers_per_scan: int | None = None
 
     @nn.compact
     def __call__(
@@ -216,7 +291,14 @@ class Encoder(nn.Module):
         x = self.shared_embedding(encoder_input_tokens.astype(jnp.int32))
         x = _dropout(cfg, x, deterministic).astype(cfg.dtype)
         x = run_layers(
-            self, cfg, EncoderLayer, cfg.num_encoder_layers, x, (encoder_mask, bias, deterministic)
+            self,
+            cfg,
+            EncoderLayer,
+            cfg.num_encoder_layers,
+            x,
+            (encoder_mask, bias, deterministic),
+            self.layers_per_scan,
+            **({"feed_forward": self.feed_forward} if self.feed_forward else {}),
         )
         x = LayerNorm(dtype=cfg.dtype, name="encoder_norm")(x)
         return nn.Dropout(rate=cfg.dropout_rate)(x, deterministic=deterministic)
@@ -232,12 +314,16 @@ class Decoder(nn.Module):
       step_kernels: how a decoding step multiplies: ``"xla"``, ``"packed"`` (the CPU
         kernels) or ``"joined"`` (see ``MultiHeadDotProductAttention``); the model
         chooses it per decode call.
+      feed_forward: makes each layer's ``mlp`` (the dense MLP when None).
+      layers_per_scan: the scanned unit's length (see ``run_layers``).
     """
 
     config: Any
     shared_embedding: nn.Module | None = None
     cross_attention: bool = True
     step_kernels: str = "xla"
+    feed_forward: FeedForward | None = None
+    layers_per_scan: int | None = None
 
     @nn.compact
     def __call__(
@@ -292,8 +378,10 @@ class Decoder(nn.Module):
             num_layers,
             y,
             args,
+            self.layers_per_scan,
             cross_attention=self.cross_attention,
             step_kernels=self.step_kernels,
+            **({"feed_forward": self.feed_forward} if self.feed_forward else {}),
         )
         y = LayerNorm(dtype=cfg.dtype, name="decoder_norm")(y)
         y = _dropout(cfg, y, deterministic)

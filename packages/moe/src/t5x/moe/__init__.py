@@ -3,14 +3,7 @@
 from t5x.moe._config import MoeDecoderOnlyConfig, MoeFields, MoeT5Config
 from t5x.moe._layers import Experts, MoeBlock, Router, RouterWeights
 from t5x.moe._models import MOE_METRICS, MoeDecoderOnlyModel, MoeEncoderDecoderModel, dense_twin
-from t5x.moe._network import (
-    MoeDecoder,
-    MoeDecoderLayer,
-    MoeDecoderOnlyTransformer,
-    MoeEncoder,
-    MoeEncoderDecoderTransformer,
-    MoeEncoderLayer,
-)
+from t5x.moe._network import MoeDecoderOnlyTransformer, MoeEncoderDecoderTransformer, moe_feed_forward
 from t5x.moe._partitioning import MoePjitPartitioner, moe_logical_axis_rules
 from t5x.moe._presets import MOE_PRESETS, moe_preset
 from t5x.moe._routing import (
@@ -22,22 +15,20 @@ from t5x.moe._routing import (
     tokens_choose,
     tokens_per_group,
 )
+from t5x.moe._scan import scan_moe_params, unscan_moe_params
 from t5x.moe._upcycle import load_dense_params, upcycle_params
+from t5x.moe._upstream import load_upstream_moe_params, unscan_flaxformer_moe_params, upstream_moe_params
 
 __all__ = [
     "MOE_METRICS",
     "MOE_PRESETS",
     "Experts",
     "MoeBlock",
-    "MoeDecoder",
-    "MoeDecoderLayer",
     "MoeDecoderOnlyConfig",
     "MoeDecoderOnlyModel",
     "MoeDecoderOnlyTransformer",
-    "MoeEncoder",
     "MoeEncoderDecoderModel",
     "MoeEncoderDecoderTransformer",
-    "MoeEncoderLayer",
     "MoeFields",
     "MoePjitPartitioner",
     "MoeT5Config",
@@ -49,10 +40,16 @@ __all__ = [
     "experts_choose",
     "load_balancing_loss",
     "load_dense_params",
+    "load_upstream_moe_params",
     "moe_logical_axis_rules",
+    "moe_feed_forward",
     "moe_preset",
     "router_z_loss",
+    "scan_moe_params",
     "tokens_choose",
     "tokens_per_group",
+    "unscan_flaxformer_moe_params",
+    "unscan_moe_params",
     "upcycle_params",
+    "upstream_moe_params",
 ]

@@ -21,7 +21,8 @@ class MoeFields:
       router: ``'tokens_choose'`` or ``'experts_choose'`` (encoder layers only).
       moe_layer_period: every ``period``-th layer is sparse: layer ``i`` when
         ``i % period == period - 1`` (upstream's MIXED layout), so 2 makes
-        ``layers_1``, ``layers_3``, ... MoE layers.
+        ``layers_1``, ``layers_3``, ... MoE layers. With ``scan_layers`` the
+        scanned unit is a block of ``period`` layers, so it must divide each depth.
       train_capacity_factor: expert capacity relative to an even split, training.
       eval_capacity_factor: the same for evaluation and decoding.
       min_expert_capacity: the fewest slots an expert gets per group.
@@ -88,11 +89,15 @@ class MoeFields:
                 f"{who}.expert_mlp_dim must be a positive int or None, got {self.expert_mlp_dim!r}"
             )
         if getattr(self, "scan_layers", False):
-            raise ValueError(
-                f"{who}.scan_layers=True is not supported: sparse and dense layers have different "
-                "parameters, so one scanned layer cannot hold both (upstream scans blocks of "
-                "moe_layer_period layers; not implemented here); set scan_layers=False"
-            )
+            # Scanned, the repeated unit is a block of `moe_layer_period` layers.
+            for stack, depth in stacks.items():
+                if depth % self.moe_layer_period:
+                    raise ValueError(
+                        f"{who}.scan_layers=True scans blocks of moe_layer_period={self.moe_layer_period} "
+                        f"layers, but the {stack} has {depth} layers ({depth} % {self.moe_layer_period} = "
+                        f"{depth % self.moe_layer_period}); use a period that divides the depth or "
+                        "scan_layers=False"
+                    )
         for stack, depth in stacks.items():
             if not any(self.is_sparse(i) for i in range(depth)):
                 raise ValueError(

@@ -43,18 +43,18 @@ def dense_twin(config: MoeT5Config | MoeDecoderOnlyConfig) -> T5Config | Decoder
 
 
 def _layer_means(state: Mapping[str, Any]) -> dict[str, jax.Array]:
-    """Each sown MoE metric averaged over the MoE layers."""
+    """Each sown MoE metric averaged over the MoE layers (scanned stacks sow one per block)."""
     flat = traverse_util.flatten_dict(dict(state.get("intermediates", {})))
     out = {}
     for name in MOE_METRICS:
         values = [
-            jnp.asarray(v[0] if isinstance(v, tuple) else v, jnp.float32)
+            jnp.ravel(jnp.asarray(v[0] if isinstance(v, tuple) else v, jnp.float32))
             for p, v in flat.items()
             if p[-1] == name
         ]
         if not values:
             raise ValueError(f"no MoE layer sowed {name!r}: the network has no MoE block")
-        out[name] = jnp.mean(jnp.stack(values))
+        out[name] = jnp.mean(jnp.concatenate(values))
     return out
 
 

@@ -18,6 +18,7 @@ from flax import traverse_util
 
 from t5x.checkpointing import load_t5x_checkpoint
 from t5x.models import DecoderOnlyConfig, T5Config, unscan_params
+from t5x.moe._scan import is_scanned_moe, scan_moe_params, unscan_moe_params
 
 
 @functools.lru_cache(maxsize=2)
@@ -39,16 +40,19 @@ def upcycle_params(dense: Any, moe: Any, config: Any) -> dict[str, Any]:
 
     Args:
       dense: a dense twin's parameter tree (unscanned or scanned, upstream names).
-      moe: the MoE model's freshly initialised parameters (routers are kept from it).
-      config: the MoE config (to unscan a scanned dense tree).
+      moe: the MoE model's freshly initialised parameters (routers are kept from it),
+        unscanned or scanned.
+      config: the MoE config (to unscan a scanned dense tree, or restack a scanned MoE one).
 
     Returns:
-      The upcycled tree.
+      The upcycled tree, in ``moe``'s layout.
 
     Raises:
       ValueError: when a parameter is missing from the dense tree or its shape does
         not match (for experts: the dense MLP's shape against one expert's).
     """
+    if is_scanned_moe(moe):
+        return scan_moe_params(upcycle_params(dense, unscan_moe_params(moe, config), config), config)
     flat_dense = traverse_util.flatten_dict(dict(dense))
     if _is_scanned(flat_dense):
         base = T5Config if hasattr(config, "num_encoder_layers") else DecoderOnlyConfig
