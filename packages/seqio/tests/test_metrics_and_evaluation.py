@@ -433,3 +433,27 @@ def test_file_source_without_splits_core_refuses_facade_accepts():
     assert seqio.FunctionDataSource(lambda split, shuffle_files: None, splits="validation").splits == (
         "validation",
     )
+
+
+def test_core_evaluator_runs_a_seqio_tasks_metric_objects(eval_task, clean_registry):
+    """t5x-launch evaluates with the core Evaluator: metric_objs= count there too."""
+    task = seqio.TaskRegistry.add(
+        "h1_objs_core",
+        source=eval_task.source,
+        output_features=eval_task.output_features,
+        metric_fns=[accuracy],
+        metric_objs=[Count.empty(), metrics.LegacyMetric.empty(first_score, None)],
+    )
+    assert [type(o).__name__ for o in task.extra_metric_objs] == ["Count", "LegacyMetric"]
+
+    def predict(batch):
+        return batch["decoder_target_tokens"]
+
+    def score(batch):
+        return np.arange(len(batch["decoder_target_tokens"]), dtype=np.float32) + 0.5
+
+    ev = core.Evaluator("h1_objs_core", seqio.EncDecFeatureConverter(pack=False), batch_size=2)
+    got = ev.evaluate(compute_metrics=True, predict_fn=predict, score_fn=score).result()["h1_objs_core"]
+    assert got == {"accuracy": 100.0, "count": 3, "first_score": 0.5, "n": 3}
+    assert "tokens" in ev.last_inferences["h1_objs_core"]  # raw ids kept for the objects
+    ev.close()

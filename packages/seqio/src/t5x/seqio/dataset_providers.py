@@ -242,6 +242,11 @@ class Task(_core.Task):
         return list(self._all_metric_objs)
 
     @property
+    def extra_metric_objs(self) -> list[Any]:
+        """The metric objects given to the constructor (the core Evaluator runs them beside metric_fns)."""
+        return list(self._metric_objs)
+
+    @property
     def source_info(self) -> SourceInfo | None:
         return self._source_info
 

@@ -26,6 +26,19 @@ PredictWithAuxFn = Callable[[Batch], tuple[Sequence[Sequence[int]], Mapping[str,
 GatherFn = Callable[[list[tuple[int, Any]]], list[tuple[int, Any]]]
 
 
+# seqio's ModelOutputType values (the core takes metric objects duck-typed, without importing seqio).
+_PREDICTION, _SCORE, _PREDICTION_WITH_AUX = 1, 2, 3
+
+
+def _metric_objects(task: Task) -> list[Any]:
+    """A task's metric objects beyond its metric functions (seqio's ``metric_objs=``), or none."""
+    return list(getattr(task, "extra_metric_objs", None) or ())
+
+
+def _object_kinds(task: Task) -> set[int]:
+    return {int(obj.model_output_type) for obj in _metric_objects(task)}
+
+
 def _as_text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
@@ -135,7 +148,7 @@ class Evaluator:
         for task in get_subtasks(provider):
             if eval_split not in task.splits:
                 _log.info("Evaluator: skipping task %s, which has no split %r", task.name, eval_split)
-            elif not task.metric_fns:
+            elif not task.metric_fns and not _metric_objects(task):
                 _log.info("Evaluator: skipping task %s, which has no metric_fns", task.name)
             else:
                 self._tasks.append(task)
@@ -307,7 +320,12 @@ class Evaluator:
                     return {}
                 return {"progress": lambda done, total: on_batch(name, kind, done, total)}
 
-            if task.predict_metric_fns:
+            kinds = _object_kinds(task)
+            if _PREDICTION_WITH_AUX in kinds and predict_with_aux_fn is None:
+                raise ValueError(
+                    f"Evaluator: task {task.name!r} has metric objects of aux values but no predict_with_aux_fn"
+                )
+            if task.predict_metric_fns or kinds & {_PREDICTION, _PREDICTION_WITH_AUX}:
                 if predict_with_aux_fn is not None:
                     pairs = self._run(
                         predict_with_aux_fn,
@@ -324,6 +342,8 @@ class Evaluator:
                     raise ValueError(
                         f"Evaluator: task {task.name!r} has prediction metrics but no predict_fn was given"
                     )
+                if kinds & {_PREDICTION, _PREDICTION_WITH_AUX}:
+                    inferences["tokens"] = list(tokens)  # raw ids, for the metric objects
                 vocab = task.output_features[self._target_field].vocabulary
                 inferences["predictions"] = [
                     task.postprocess_fn(
@@ -331,7 +351,7 @@ class Evaluator:
                     )
                     for t, ex in zip(tokens, data.examples, strict=True)
                 ]
-            if task.score_metric_fns:
+            if task.score_metric_fns or _SCORE in kinds:
                 if score_fn is None:
                     raise ValueError(
                         f"Evaluator: task {task.name!r} has score metrics but no score_fn was given"
@@ -358,10 +378,28 @@ class Evaluator:
                 metrics.update(_check_result(fn, fn(data.targets, inferences["predictions"], **kwargs), task))
             for fn in task.score_metric_fns:
                 metrics.update(_check_result(fn, fn(data.targets, scores=inferences["scores"]), task))
+            for obj in _metric_objects(task):
+                metrics.update(_check_result(obj, self._compute_object(obj, task, data, inferences), task))
+            shown = {k: v for k, v in inferences.items() if k != "tokens"}
             for logger in self._loggers:
-                logger(task.name, step, metrics, data.examples, inferences, data.targets)
+                logger(task.name, step, metrics, data.examples, shown, data.targets)
             results[task.name] = metrics
         return results
+
+    def _compute_object(self, obj: Any, task: Task, data: _TaskData, inferences: dict[str, list]) -> Any:
+        """One metric object's values (seqio's protocol: ``from_model_output`` then compute)."""
+        kind = int(obj.model_output_type)
+        if kind == _SCORE:
+            output: Any = np.array(inferences["scores"])
+        elif kind == _PREDICTION_WITH_AUX:
+            aux = inferences["aux_values"]
+            output = (np.array(inferences["tokens"]), {k: np.array([a[k] for a in aux]) for k in aux[0]})
+        else:
+            output = np.array(inferences["tokens"])
+        built = obj.from_model_output(data.examples, output, task.output_features, self._target_field)
+        if hasattr(built, "actual_compute"):  # seqio's collecting metrics
+            return built.actual_compute(data.examples, task.output_features, self._target_field)[0]
+        return built.compute()
 
     def close(self) -> None:
         """Waits for pending metric computations and stops the background thread."""
