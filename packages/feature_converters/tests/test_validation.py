@@ -85,9 +85,13 @@ def test_too_long_raises_with_converter_feature_length_and_limit(convert, conv, 
         convert(conv, examples, lengths)
     message = str(err.value)
     assert type(conv).__name__ in message
-    assert f"task feature {feature} has length" in message
-    assert "[6]" in message
-    assert "task feature length 5" in message
+    # seqio's wording (TF escapes the quotes), then the actual length.
+    assert (
+        f"Feature \\'{feature}\\' has length not less than or equal to the expected length of 5 "
+        "during input_validation" in message
+    )
+    assert "got length] [6]" in message
+    assert "apply_length_check=False" in message
 
 
 def test_length_check_off_trims(convert):

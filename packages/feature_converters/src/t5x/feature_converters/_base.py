@@ -150,17 +150,22 @@ class FeatureConverter(abc.ABC):
         if not self.apply_length_check:
             return x[:limit]
         n = tf.shape(x)[0]
-        ok = tf.debugging.Assert(
+        with tf.control_dependencies([self._assert_fits(feature, n, limit)]):
+            return tf.identity(x)
+
+    def _assert_fits(self, feature: str, n: tf.Tensor, limit: int) -> tf.Operation:
+        # seqio's wording first (code that matches on it keeps working), then
+        # the converter, the actual length and what to do about it.
+        return tf.debugging.Assert(
             n <= limit,
             [
-                f"{self._name}: task feature {feature} has length",
+                f"Feature '{feature}' has length not less than or equal to the expected length of "
+                f"{limit} during input_validation:",
+                f"{self._name} got length",
                 n,
-                f"which is longer than its task feature length {limit}; shorten it earlier or "
-                "construct the converter with apply_length_check=False to trim it",
+                "; shorten it earlier or construct the converter with apply_length_check=False to trim it",
             ],
         )
-        with tf.control_dependencies([ok]):
-            return tf.identity(x)
 
     def __call__(self, ds: tf.data.Dataset, task_feature_lengths: Mapping[str, int]) -> tf.data.Dataset:
         """Converts ``ds`` into a dataset of model features.
@@ -229,16 +234,7 @@ class FeatureConverter(abc.ABC):
     def _checked_batch(self, feature: str, x: tf.Tensor, limit: int) -> tf.Tensor:
         """Asserts that a padded ``[n, width]`` batch has ``width <= limit``."""
         width = tf.shape(x)[1]
-        ok = tf.debugging.Assert(
-            width <= limit,
-            [
-                f"{self._name}: task feature {feature} has length",
-                width,
-                f"which is longer than its task feature length {limit}; shorten it earlier or "
-                "construct the converter with apply_length_check=False to trim it",
-            ],
-        )
-        with tf.control_dependencies([ok]):
+        with tf.control_dependencies([self._assert_fits(feature, width, limit)]):
             return tf.identity(x)
 
     @abc.abstractmethod

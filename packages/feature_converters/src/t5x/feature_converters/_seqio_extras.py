@@ -73,6 +73,15 @@ class _PassThrough:
         own, extra = self._split(task_feature_lengths)
         return {**super().get_model_feature_lengths(own), **extra}  # type: ignore[misc]
 
+    def _convert_example(self, features: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """seqio's per-example hook: the model features of one padded (or packed) example.
+
+        ``features`` are what ``_prepare`` produced, padded: for the prefix LM
+        the concatenated ``targets``, ``inputs_width`` and ``inputs_width_add_pos``.
+        """
+        # Only the pass-through names of ``lengths`` matter to _convert.
+        return self._convert(features, dict.fromkeys(self._passthrough_features, 0))
+
 
 class EncDecFeatureConverter(_PassThrough, _c.EncDecFeatureConverter):
     """The encoder-decoder converter, with seqio's ``passthrough_features``."""

@@ -1,7 +1,7 @@
 """seqio's public API on the t5x data packages: ``import t5x.seqio as seqio``.
 
 Top-level names and submodules (``preprocessors``, ``utils``, ``vocabularies``,
-``feature_converters``, ``dataset_providers``, ``evaluation``, ``loggers``,
+``feature_converters``, ``dataset_providers``, ``evaluation``, ``experimental``, ``loggers``,
 ``metrics``, ``test_utils``, ``helpers``) are seqio's, with seqio's semantics
 where the core deliberately differs (docs/differences.md). Tasks registered
 here are the core's tasks: ``t5x-launch`` and ``t5x.tasks`` see them.
@@ -13,6 +13,7 @@ seqio is not installed. No JAX is imported.
 from t5x.seqio import (
     dataset_providers,
     evaluation,
+    experimental,
     feature_converters,
     helpers,
     loggers,
@@ -141,6 +142,7 @@ __all__ = [
     "dataset_providers",
     "dict_to_tfexample",
     "evaluation",
+    "experimental",
     "feature_converters",
     "flatten_dict",
     "get_dataset",

@@ -25,18 +25,81 @@ from t5x.feature_converters import trim_and_pack_dataset
 from t5x.tasks.seqio_extras import trim_and_pad_dataset
 
 
-def _exact_match(
-    expected: Sequence[str], actual: Sequence[str], expected_name: str, actual_name: str
+def check_exact_match(
+    expected_features: Sequence[str],
+    actual_features: Sequence[str],
+    expected_feature_source: str,
+    actual_feature_source: str,
 ) -> None:
-    extra, missing = set(actual) - set(expected), set(expected) - set(actual)
+    """Raises ValueError unless both collections name the same features (seqio's wording)."""
+    extra = set(actual_features) - set(expected_features)
+    missing = set(expected_features) - set(actual_features)
     if extra:
         raise ValueError(
-            f"The {actual_name} contains extra features not specified in the {expected_name}: {sorted(extra)}"
+            f"The {actual_feature_source} contains extra features not specified in the "
+            f"{expected_feature_source}: {extra}"
         )
     if missing:
         raise ValueError(
-            f"The {actual_name} is missing features specified in the {expected_name}: {set(missing)}"
+            f"The {actual_feature_source} is missing features specified in the "
+            f"{expected_feature_source}: {missing}"
         )
+
+
+def _length_along(name: str, value: Any, axis: int, strict: bool) -> tuple[tf.Tensor, list[tf.Operation]]:
+    """The length of ``value`` on ``axis`` (a ragged one's bounding length) and any extra asserts."""
+    if not isinstance(value, tf.RaggedTensor):
+        return tf.shape(value, out_type=tf.int64)[axis], []
+    ops = []
+    if strict:
+        # An exact length only means something when every row has it; axis 0
+        # gives a scalar, which the multiply turns into a 1-vector.
+        lengths = tf.cast(value.row_lengths(axis), tf.int64) * tf.constant([1], tf.int64)
+        ops.append(
+            tf.debugging.Assert(
+                tf.equal(tf.size(tf.unique(lengths)[0]), 1),
+                [
+                    f"Strict length check requires all RaggedTensor dimensions to be equal, got {name}:",
+                    lengths,
+                ],
+            )
+        )
+    return value.bounding_shape(axis=axis, out_type=tf.int64), ops
+
+
+def check_lengths(
+    ds: tf.data.Dataset,
+    expected_lengths: Mapping[str, int],
+    sequence_axis_mapping: Mapping[str, int],
+    strict: bool,
+    error_label: str,
+) -> tf.data.Dataset:
+    """Attaches to each listed feature an assert: its length ``==`` (strict) or ``<=`` the expected one.
+
+    Features not in ``expected_lengths`` pass unchecked. The asserts run while
+    iterating, when the lengths are known; the messages are seqio's.
+    """
+
+    def check(name: str, value: Any) -> Any:
+        if name not in expected_lengths:
+            return value
+        want = expected_lengths[name]
+        length, ops = _length_along(name, value, sequence_axis_mapping[name], strict)
+        if strict:
+            assertion, relation = tf.debugging.assert_equal, "equal to"
+        else:
+            assertion, relation = tf.debugging.assert_less_equal, "less than or equal to"
+        message = (
+            f"Feature '{name}' has length not {relation} the expected length of {want} "
+            f"during {error_label} validation"
+        )
+        ops.append(assertion(length, tf.constant(want, tf.int64), message=message))
+        with tf.control_dependencies(ops):
+            if isinstance(value, tf.RaggedTensor):
+                return value.with_flat_values(tf.identity(value.flat_values))
+            return tf.identity(value)
+
+    return ds.map(lambda ex: {k: check(k, v) for k, v in ex.items()}, num_parallel_calls=tf.data.AUTOTUNE)
 
 
 class FeatureConverter(metaclass=abc.ABCMeta):
@@ -111,32 +174,17 @@ class FeatureConverter(metaclass=abc.ABCMeta):
                 )
         if not self._apply_length_check:
             return ds
-        limits = {
-            k: v for k, v in expected_lengths.items() if k in expected_features and expected_features[k].rank
-        }
+        ranked = {k for k, v in expected_features.items() if v.rank}
+        limits = {k: v for k, v in expected_lengths.items() if k in ranked}
         axes = {k: expected_features[k].sequence_dim for k in limits}
-
-        def check(name: str, value: Any) -> Any:
-            if name not in limits:
-                return value
-            length = tf.shape(value, out_type=tf.int64)[axes[name]]
-            assertion = tf.debugging.assert_equal if strict else tf.debugging.assert_less_equal
-            relation = "equal to" if strict else "less than or equal to"
-            op = assertion(
-                length,
-                tf.constant(limits[name], tf.int64),
-                message=f"Feature '{name}' has length not {relation} the expected length of {limits[name]} "
-                f"during {error_label} validation",
-            )
-            with tf.control_dependencies([op]):
-                return tf.identity(value)
-
-        return ds.map(lambda ex: {k: check(k, v) for k, v in ex.items()}, num_parallel_calls=tf.data.AUTOTUNE)
+        return check_lengths(ds, limits, axes, strict, error_label)
 
     def __call__(self, ds: tf.data.Dataset, task_feature_lengths: Mapping[str, int]) -> tf.data.Dataset:
         """Converts task features to model features, with seqio's five checks."""
         task_features = {**self.TASK_FEATURES, **self._passthrough_features}
-        _exact_match(list(task_features), list(task_feature_lengths), "TASK_FEATURES", "task_feature_lengths")
+        check_exact_match(
+            list(task_features), list(task_feature_lengths), "TASK_FEATURES", "task_feature_lengths"
+        )
         ds = self._validate_dataset(ds, task_features, task_feature_lengths, False, "input_validation")
         ds = self._convert_features(ds, task_feature_lengths)
         expected = {**self.MODEL_FEATURES, **self._passthrough_features}
@@ -149,9 +197,9 @@ class FeatureConverter(metaclass=abc.ABCMeta):
                     )
             expected.update({k: _Spec(dtype=v) for k, v in self.PACKING_FEATURE_DTYPES.items()})
         model_lengths = self.get_model_feature_lengths(task_feature_lengths)
-        _exact_match(list(expected), list(model_lengths), "model_feature_names", "model_feature_lengths")
+        check_exact_match(list(expected), list(model_lengths), "model_feature_names", "model_feature_lengths")
         ds = self._validate_dataset(ds, expected, model_lengths, True, "output_validation")
-        _exact_match(list(expected), list(ds.element_spec), "model_feature_names", "output_dataset")
+        check_exact_match(list(expected), list(ds.element_spec), "model_feature_names", "output_dataset")
         return ds
 
     def _pack_or_pad(self, ds: tf.data.Dataset, packed_lengths: Mapping[str, Any]) -> tf.data.Dataset:

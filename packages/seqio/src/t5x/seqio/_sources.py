@@ -195,6 +195,13 @@ class FileDataSource(_SeqioFileRepr, _core.FileDataSource):
     def caching_permitted(self) -> bool:
         return self._caching_permitted
 
+    def list_shards(self, split: str) -> list[str]:
+        """The split's files through ``seqio.utils.list_files`` (seqio lists them there, once per pattern)."""
+        from t5x.seqio import utils  # late: utils is the module seqio code patches
+
+        self._check_split(split)
+        return utils.list_files(self._split_to_filepattern[split])
+
     def get_dataset(
         self,
         split: str = "train",
@@ -203,6 +210,11 @@ class FileDataSource(_SeqioFileRepr, _core.FileDataSource):
         shard_info: ShardInfo | None = None,
     ) -> tf.data.Dataset:
         files = self.list_shards(split)
+        if not files:
+            raise ValueError(
+                f"{type(self).__name__}: No file is found for the file pattern: "
+                f"{self._split_to_filepattern[split]}."
+            )
         files_ds = tf.data.Dataset.from_tensor_slices(files)
         if shard_info:
             if len(files) < shard_info.num_shards:
@@ -385,6 +397,15 @@ class CacheDatasetPlaceholder(_core.CacheDatasetPlaceholder):
     def __init__(self, required: bool = False, file_shuffle_buffer_size: int | None = None):
         super().__init__(required)
         self._file_shuffle_buffer_size = file_shuffle_buffer_size
+
+    # seqio keeps the flag in ``_required`` (code flips it there); ``required`` reads it.
+    @property  # type: ignore[override]
+    def required(self) -> bool:
+        return self._required
+
+    @required.setter
+    def required(self, value: bool) -> None:
+        self._required = bool(value)
 
     @property
     def file_shuffle_buffer_size(self) -> int | None:

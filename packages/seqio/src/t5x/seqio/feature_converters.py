@@ -20,8 +20,12 @@ from t5x.feature_converters.seqio_extras import (
     PrePackedLMFeatureConverter,
     PrePackedPrefixLMFeatureConverter,
 )
-from t5x.seqio._converter_base import FeatureConverter
+from t5x.seqio._converter_base import FeatureConverter, check_exact_match, check_lengths
 from t5x.tasks.seqio_extras import trim_and_pad_dataset
+
+# seqio's private helpers, under their names for code (and seqio's tests) that call them.
+_check_exact_match = check_exact_match
+_check_lengths = check_lengths
 
 __all__ = [
     "DecoderFeatureConverter",

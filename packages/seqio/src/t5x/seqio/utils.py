@@ -177,12 +177,12 @@ def make_autoregressive_inputs(
     return tf.concat([first, shifted], axis=0)
 
 
-@functools.cache
-def _glob_once(pattern: str) -> tuple[str, ...]:
-    # seqio globs each pattern once per process: listing a remote folder is slow and its files
-    # do not change while a job runs.
-    # Through tf.compat.v2, the module seqio code and tests use (and patch).
-    return tuple(sorted(tf.compat.v2.io.gfile.glob(pattern)))
+@functools.lru_cache(maxsize=1024)
+def _list_files_for_glob(pattern: str) -> list[str]:
+    # seqio's name (its tests patch it). Each pattern is globbed once per
+    # process: listing a remote folder is slow and its files do not change
+    # while a job runs. Through tf.compat.v2, the module seqio code patches.
+    return sorted(set(tf.compat.v2.io.gfile.glob(pattern)))
 
 
 def list_files(file_patterns: str | Iterable[str]) -> list[str]:
@@ -194,8 +194,20 @@ def list_files(file_patterns: str | Iterable[str]) -> list[str]:
     patterns = [file_patterns] if isinstance(file_patterns, str) else list(file_patterns)
     found: list[str] = []
     for pattern in patterns:
-        found.extend(_glob_once(pattern) if _glob.has_magic(pattern) else (pattern,))
+        found.extend(_list_files_for_glob(pattern) if _glob.has_magic(pattern) else (pattern,))
     return list(dict.fromkeys(found))
+
+
+def _shift_right_by_one(tensor: tf.Tensor, bos_id: int = 0) -> tf.Tensor:
+    """``tensor`` moved one place down its first axis: ``bos_id`` enters first, the last entry drops.
+
+    seqio's private helper, kept under its name for code that calls it.
+    """
+    tensor = tf.convert_to_tensor(tensor)
+    if not (tensor.dtype.is_integer or tensor.dtype.is_floating):
+        raise ValueError(f"_shift_right_by_one: only numeric tensors can be shifted, got {tensor.dtype.name}")
+    first = tf.fill(tf.concat([[1], tf.shape(tensor)[1:]], 0), tf.constant(bos_id, tensor.dtype))
+    return tf.concat([first, tensor[:-1]], axis=0)
 
 
 def mixing_rate_num_examples(
