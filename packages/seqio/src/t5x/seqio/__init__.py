@@ -85,6 +85,7 @@ from t5x.seqio.utils import (
 )
 from t5x.seqio.vocabularies import (
     PAD_ID,
+    BertWordPieceVocabulary,
     ByteVocabulary,
     FullCodepointVocabulary,
     PartialCodepointVocabulary,
@@ -98,6 +99,7 @@ __version__ = "1.0.0"
 
 __all__ = [
     "PAD_ID",
+    "BertWordPieceVocabulary",
     "ByteVocabulary",
     "CacheDatasetPlaceholder",
     "ContinuousFeature",

@@ -346,6 +346,14 @@ class MockVocabulary(vocabularies.Vocabulary):
         raise NotImplementedError
 
 
+def bertwordpiece_vocab(start_of_sequence_id: int = 101) -> vocabularies.BertWordPieceVocabulary:
+    """The WordPiece vocabulary of seqio's test data (``bertwordpiece/vocab.txt``); needs tensorflow-text."""
+    import os
+
+    path = os.path.join(_fake_tasks.test_data_dir(), "bertwordpiece", "vocab.txt")
+    return vocabularies.BertWordPieceVocabulary(path, start_of_sequence_id=start_of_sequence_id)
+
+
 def sentencepiece_vocab(
     extra_ids: int = 0,
     normalizer_spec_overrides: Any = None,
@@ -616,6 +624,7 @@ get_fake_dataset = _fake_tasks.get_fake_dataset
 
 
 __all__ = [
+    "bertwordpiece_vocab",
     "DataInjector",
     "FakeMixtureTest",
     "FakeTaskTest",

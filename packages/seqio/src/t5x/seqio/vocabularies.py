@@ -371,7 +371,134 @@ class PartialCodepointVocabulary(Vocabulary):
         return hash((PartialCodepointVocabulary, tuple(self._codepoint_to_id), self.extra_ids))
 
 
+def _import_tensorflow_text() -> Any:
+    try:
+        import tensorflow_text
+    except ImportError as error:
+        raise ImportError(
+            "BertWordPieceVocabulary needs tensorflow-text: pip install 't5x-seqio[bert]'"
+        ) from error
+    return tensorflow_text
+
+
+class BertWordPieceVocabulary(Vocabulary):
+    """BERT's WordPiece tokenizer (tensorflow-text's ``BertTokenizer``) as a seqio vocabulary.
+
+    The arguments up to ``preserve_unused_token`` are ``BertTokenizer``'s;
+    ``vocab_lookup_table`` is the path of a ``vocab.txt`` (one wordpiece per
+    line, the line number is the id). ``pad_id``, ``start_of_sequence_id``
+    ([CLS]) and ``end_of_sequence_id`` ([SEP]) name the special ids; the
+    unknown id is looked up from ``unknown_token``. No extra ids. Decoding
+    joins the wordpieces with spaces, as seqio does. Two vocabularies are equal
+    when their vocab files have the same bytes and the same start id.
+    """
+
+    def __init__(
+        self,
+        vocab_lookup_table: str,
+        suffix_indicator: str = "##",
+        max_bytes_per_word: int = 100,
+        max_chars_per_token: int | None = None,
+        token_out_type: Any = None,
+        unknown_token: str = "[UNK]",
+        split_unknown_characters: bool = False,
+        lower_case: bool = False,
+        keep_whitespace: bool = False,
+        normalization_form: str | None = None,
+        preserve_unused_token: bool = False,
+        pad_id: int = 0,
+        start_of_sequence_id: int = 101,
+        end_of_sequence_id: int = 102,
+    ):
+        import tensorflow as tf
+
+        text = _import_tensorflow_text()
+        self._tokenizer = text.BertTokenizer(
+            vocab_lookup_table=vocab_lookup_table,
+            suffix_indicator=suffix_indicator,
+            max_bytes_per_word=max_bytes_per_word,
+            max_chars_per_token=max_chars_per_token,
+            token_out_type=tf.int64 if token_out_type is None else token_out_type,
+            unknown_token=unknown_token,
+            split_unknown_characters=split_unknown_characters,
+            lower_case=lower_case,
+            keep_whitespace=keep_whitespace,
+            normalization_form=normalization_form,
+            preserve_unused_token=preserve_unused_token,
+        )
+        # The wordpiece lookup table the tokenizer built from the file.
+        self._table = self._tokenizer._wordpiece_tokenizer._vocab_lookup_table
+        self._pad_id = pad_id
+        self._unk_id = int(self._table.lookup(tf.constant(unknown_token)).numpy())
+        self._sos_id = start_of_sequence_id
+        self._eos_id = end_of_sequence_id
+        with tf.io.gfile.GFile(vocab_lookup_table, "rb") as f:
+            self._vocab_bytes = f.read()
+        super().__init__()
+
+    @property
+    def sos_id(self) -> int:
+        return self._sos_id
+
+    @property
+    def eos_id(self) -> int:
+        return self._eos_id
+
+    @property
+    def unk_id(self) -> int:
+        return self._unk_id
+
+    @property
+    def pad_id(self) -> int:
+        return self._pad_id
+
+    @property
+    def _base_vocab_size(self) -> int:
+        return int(self._table.size().numpy())
+
+    @property
+    def vocab_size(self) -> int:
+        return self._base_vocab_size
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    @property
+    def tf_tokenizer(self) -> Any:
+        return self._tokenizer
+
+    def _encode(self, s: str) -> Any:
+        return self._encode_tf(s).numpy()
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        import tensorflow as tf
+
+        return self._decode_tf(tf.constant(ids)).numpy().decode("utf-8")
+
+    def _encode_tf(self, s: Any) -> Any:
+        import tensorflow as tf
+
+        # [words, pieces] ragged -> one flat row of ids.
+        return tf.reshape(self._tokenizer.tokenize(s).flat_values, [-1])
+
+    def _decode_tf(self, ids: Any) -> Any:
+        import tensorflow as tf
+
+        pieces = self._tokenizer.detokenize(tf.RaggedTensor.from_tensor(tf.expand_dims(ids, axis=1)))
+        return tf.strings.reduce_join(pieces.flat_values, separator=" ")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BertWordPieceVocabulary):
+            return False
+        return self._vocab_bytes == other._vocab_bytes and self._sos_id == other._sos_id
+
+    def __hash__(self) -> int:
+        return hash((BertWordPieceVocabulary, self._vocab_bytes, self._sos_id))
+
+
 __all__ = [
+    "BertWordPieceVocabulary",
     "FullCodepointVocabulary",
     "PartialCodepointVocabulary",
     "PAD_ID",
