@@ -23,15 +23,14 @@ from typing import Any
 
 import tensorflow as tf
 
+from t5x import tasks as _core
 from t5x.seqio import dataset_providers, preprocessors, utils
 from t5x.seqio.dataset_providers import (
     CacheDatasetPlaceholder,
     DataSource,
     Feature,
-    Mixture,
     MixtureRegistry,
     ShardInfo,
-    Task,
     TaskRegistry,
 )
 
@@ -120,13 +119,13 @@ def _with_fixed_lengths(prep: Callable[..., Any], lengths: Mapping[str, int]) ->
 
 def add_fully_cached_task(
     task_name: str, sequence_length: Mapping[str, int], disallow_shuffling: bool = False
-) -> Task:
+) -> _core.Task:
     """Registers (once) a copy of ``task_name`` cached after its last preprocessor, at ``sequence_length``.
 
     The copy is named ``<task>_<feature prefix><length>_...``; it requires
     ``use_cached=True`` and accepts only ``sequence_length`` itself or None.
     """
-    task = TaskRegistry.get(task_name)
+    task: Any = TaskRegistry.get(task_name)  # a seqio-style Task (has .postprocessor)
     new_name = _fully_cached_name(task_name, sequence_length)
     if new_name in TaskRegistry.names():
         return TaskRegistry.get(new_name)
@@ -163,7 +162,7 @@ def add_fully_cached_task(
 
 def add_fully_cached_mixture(
     mixture_name: str, sequence_length: Mapping[str, int], disallow_shuffling: bool = False
-) -> Mixture:
+) -> _core.Mixture:
     """Registers a mixture of the fully-cached copies of ``mixture_name``'s tasks, at the same rates."""
     mixture = MixtureRegistry.get(mixture_name)
     rates = mixture._task_to_rate  # type: ignore[attr-defined]
@@ -384,7 +383,7 @@ def add_task_with_sentinels(task_name: str, num_sentinels: int | None = 1) -> No
     sentinels from the front of a prediction first.
     """
     count = int(num_sentinels or 0)
-    task = TaskRegistry.get(task_name)
+    task: Any = TaskRegistry.get(task_name)  # a seqio-style Task (has .postprocessor)
 
     def add_sentinels(
         dataset: tf.data.Dataset, sequence_length: Any, output_features: Any
