@@ -77,6 +77,31 @@ def train_args(model_dir: pathlib.Path, steps: int, period: int) -> list[str]:
     ]
 
 
+# The shared reference run (conftest's `encdec_reference`): ENCDEC trained this many
+# steps with a checkpoint after every one.
+REFERENCE_STEPS = 6
+
+
+def reference_job(model_dir: pathlib.Path, steps: int = REFERENCE_STEPS) -> list[str]:
+    """The reference run's `t5x-launch` arguments; more ``steps`` resume it."""
+    return ["train", *ENCDEC, *train_args(model_dir, steps, 1)]
+
+
+def copy_model_dir(
+    source: pathlib.Path, target: pathlib.Path, steps: list[int] | None = None
+) -> pathlib.Path:
+    """Copies a model folder (only the checkpoints of ``steps`` when given) and returns ``target``."""
+
+    def skipped(folder: str, names: list[str]) -> set[str]:
+        if steps is None or pathlib.Path(folder) != source:
+            return set()
+        kept = {f"checkpoint_{step}" for step in steps}
+        return {name for name in names if name.startswith("checkpoint_") and name not in kept}
+
+    shutil.copytree(source, target, ignore=skipped)
+    return target
+
+
 def base_python() -> str:
     """A Python >= 3.12 outside any virtual environment, found as noxfile.py's find_python does.
 
@@ -128,6 +153,22 @@ def run_raw(
         timeout=timeout,
         **popen,
     )
+
+
+def run_side_by_side(jobs: dict, workers: int | None = None) -> dict:
+    """Runs ``{key: (args, cwd)}`` or ``{key: (args, cwd, env)}`` launches a few at a time.
+
+    Returns ``{key: CompletedProcess}``. Most of a tiny launch is interpreter and
+    library start-up, so independent launches overlap well even on two cores.
+    """
+    import concurrent.futures
+
+    workers = workers or max(2, min(4, os.cpu_count() or 2))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        futures = {}
+        for key, (args, cwd, *env) in jobs.items():
+            futures[key] = pool.submit(run_raw, args, cwd, env=env[0] if env else launch_env())
+        return {key: future.result() for key, future in futures.items()}
 
 
 def flatten(tree, prefix: str = "") -> dict[str, np.ndarray]:

@@ -1,5 +1,7 @@
 """`t5x-launch local --num_processes=2` trains the same model as one process."""
 
+import concurrent.futures
+
 import numpy as np
 
 TINY_JOB = [
@@ -26,16 +28,21 @@ def test_two_local_processes_match_one_process(launch, tmp_path):
     from t5x.checkpointing import load_t5x_checkpoint
 
     one, two = tmp_path / "one", tmp_path / "two"
-    launch(*TINY_JOB, f"--gin.MODEL_DIR={one}", cwd=tmp_path)
-    launch(
-        "local",
-        "--num_processes=2",
-        f"--log_dir={tmp_path / 'logs'}",
-        "--",
-        *TINY_JOB,
-        f"--gin.MODEL_DIR={two}",
-        cwd=tmp_path,
-    )
+    # The two runs share nothing: they go side by side (each is mostly start-up).
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        single_run = pool.submit(launch, *TINY_JOB, f"--gin.MODEL_DIR={one}", cwd=tmp_path)
+        local_run = pool.submit(
+            launch,
+            "local",
+            "--num_processes=2",
+            f"--log_dir={tmp_path / 'logs'}",
+            "--",
+            *TINY_JOB,
+            f"--gin.MODEL_DIR={two}",
+            cwd=tmp_path,
+        )
+        single_run.result()
+        local_run.result()
     single = load_t5x_checkpoint(str(one / "checkpoint_3"))
     double = load_t5x_checkpoint(str(two / "checkpoint_3"))
     assert int(single["state"]["step"]) == int(double["state"]["step"]) == 3

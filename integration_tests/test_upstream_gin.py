@@ -7,6 +7,7 @@ shrunk by overrides) pretrain, then evaluate and infer through upstream's
 ``runs/eval.gin`` and ``runs/infer.gin``, all through the installed command.
 """
 
+import concurrent.futures
 import json
 import os
 import pathlib
@@ -71,18 +72,22 @@ def test_upstream_gin_files_train_evaluate_and_infer(tmp_path):
         f"--gin.MIXTURE_OR_TASK_NAME={TASK}",
         f"--gin.MIXTURE_OR_TASK_MODULE={TASK_MODULE}",
     ]
-    evaluated = _launch(
-        tmp_path, "eval", *common, "--gin_file=t5x/configs/runs/eval.gin",
-        f"--gin.CHECKPOINT_PATH={model_dir / 'checkpoint_3'}", f"--gin.EVAL_OUTPUT_DIR={tmp_path / 'eval'}",
-    )  # fmt: skip
+    # eval and infer read the checkpoint only: they run side by side.
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        evaluating = pool.submit(
+            _launch, tmp_path, "eval", *common, "--gin_file=t5x/configs/runs/eval.gin",
+            f"--gin.CHECKPOINT_PATH={model_dir / 'checkpoint_3'}", f"--gin.EVAL_OUTPUT_DIR={tmp_path / 'eval'}",
+        )  # fmt: skip
+        inferring = pool.submit(
+            _launch, tmp_path, "infer", *common, "--gin_file=t5x/configs/runs/infer.gin", lengths,
+            f"--gin.CHECKPOINT_PATH={model_dir / 'checkpoint_3'}", f"--gin.INFER_OUTPUT_DIR={tmp_path / 'infer'}",
+        )  # fmt: skip
+        evaluated = evaluating.result()
+        inferring.result()
     assert f"step 3 {TASK}: {{'exact_match':" in evaluated.stdout
     predictions = (tmp_path / "eval" / f"{TASK}-000003.jsonl").read_text().splitlines()
     assert len(predictions) == 8  # the whole test split (upstream's default split for eval)
 
-    _launch(
-        tmp_path, "infer", *common, "--gin_file=t5x/configs/runs/infer.gin", lengths,
-        f"--gin.CHECKPOINT_PATH={model_dir / 'checkpoint_3'}", f"--gin.INFER_OUTPUT_DIR={tmp_path / 'infer'}",
-    )  # fmt: skip
     rows = [
         json.loads(line)
         for line in (tmp_path / "infer" / f"{TASK}-predict.jsonl-00000-of-00001").read_text().splitlines()
