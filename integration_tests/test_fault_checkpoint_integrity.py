@@ -1,7 +1,7 @@
 """Resuming training from a damaged checkpoint fails, naming the parameter and the file.
 
-One tiny training run (2 steps, a checkpoint at step 2) is shared by the module.
-For each way a checkpoint gets damaged on disk (a chunk file deleted, also one
+The session's reference run (conftest's `encdec_reference`), cut back to its
+checkpoint at step 2, is the model folder of the module. For each way a checkpoint gets damaged on disk (a chunk file deleted, also one
 whose values equal the fill value; a byte flipped; ``fill_value``, shape or dtype
 edited in a ``.zarray``; an array folder deleted, or replaced by a link to an
 identical array elsewhere; a chunk file replaced by a link), a copy of the model
@@ -139,12 +139,12 @@ KINDS = ALL_KINDS if os.environ.get("T5X_INTEGRITY_ALL_KINDS") == "1" else DEFAU
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(tmp_path_factory, encdec_reference):
     tmp = tmp_path_factory.mktemp("integrity")
     env = _env(tmp / "pycache")
-    model_dir = tmp / "reference" / "model"
-    result = _tiny.run_raw(_job(model_dir, STEPS), tmp, env=env)
-    assert result.returncode == 0, result.stderr[-5000:]
+    # A folder whose newest checkpoint is step 2, as a 2-step run leaves it (that run's
+    # config.gin and logs name more steps; a resume reads the checkpoint only).
+    model_dir = _tiny.copy_model_dir(encdec_reference, tmp / "reference" / "model", steps=[STEPS])
     assert _tiny.steps_of(model_dir) == [STEPS]
     from t5x.checkpointing import verify_checkpoint
 

@@ -1,12 +1,13 @@
 """Killed, starved and corrupted training jobs come back with nothing lost.
 
-A reference job trains 6 steps with a checkpoint every step. A second job is
+The session's reference job (conftest's `encdec_reference`) trains 6 steps with a
+checkpoint every step. A second job is
 killed with SIGKILL while a checkpoint is being written and again at a random
 point of training, then resumed to the end: its final parameters must equal the
 reference's bit for bit (CPU, fixed seed, data order restored with the
 checkpoint). The reference folder is then copied to show that a read-only or
 full model folder and a corrupted newest checkpoint give clear errors and lose
-no earlier checkpoint.
+no earlier checkpoint (those three jobs run side by side).
 """
 
 import os
@@ -25,21 +26,14 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # pytest's importlib mode adds no path
 import _tiny
 
-STEPS = 6
-
-
-def _job(model_dir: pathlib.Path, steps: int = STEPS) -> list[str]:
-    return ["train", *_tiny.ENCDEC, *_tiny.train_args(model_dir, steps, 1)]
+STEPS = _tiny.REFERENCE_STEPS
+_job = _tiny.reference_job
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("reference")
-    model_dir = tmp / "model"
-    result = _tiny.run_raw(_job(model_dir), tmp)
-    assert result.returncode == 0, result.stderr[-5000:]
-    assert _tiny.steps_of(model_dir) == list(range(1, STEPS + 1))
-    return model_dir
+def reference(encdec_reference):
+    """The uninterrupted run, shared with other modules: read here, copied before any change."""
+    return encdec_reference
 
 
 def _start(model_dir: pathlib.Path, cwd: pathlib.Path, log: pathlib.Path) -> subprocess.Popen:
@@ -127,80 +121,115 @@ def _copy(reference: pathlib.Path) -> pathlib.Path:
     return model_dir
 
 
-def test_read_only_model_folder_gives_clear_error_and_keeps_checkpoints(reference):
-    model_dir = _copy(reference)
-    try:
-        before = _snapshot(model_dir)
-        for path in [model_dir, *model_dir.rglob("*")]:
-            path.chmod(0o555 if path.is_dir() else 0o444)
-        command = [_tiny.launch_script(), *_job(model_dir, STEPS + 2)]
-        if os.geteuid() == 0:
-            # Root ignores permission bits; without these capabilities it obeys them.
-            setpriv = shutil.which("setpriv")
-            if setpriv is None:
-                pytest.skip(
-                    "running as root without util-linux setpriv: a read-only folder cannot be simulated"
-                )
-            command = [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner", "--", *command]
-        env = _tiny.launch_env(HOME=str(model_dir.parent))
-        result = subprocess.run(
-            command, cwd=model_dir.parent, env=env, capture_output=True, text=True, timeout=900
+def _no_room() -> None:
+    # A file-size limit makes every larger write fail (EFBIG), as a
+    # full disk would (ENOSPC); Python ignores SIGXFSZ, so it is an OSError.
+    # 35 kB: above model-info.txt (~26 kB), below the largest arrays (~45 kB),
+    # so the job gets as far as writing a checkpoint.
+    resource.setrlimit(resource.RLIMIT_FSIZE, (35_000, 35_000))
+
+
+@pytest.fixture(scope="module")
+def refused(reference):
+    """Resumes of three damaged copies of the reference, started together (each is mostly start-up).
+
+    ``{case: (model folder, its checkpoint files before, CompletedProcess or a reason it could not run)}``
+    for a read-only folder, a full one and a corrupted newest checkpoint.
+    """
+    jobs, runs = {}, {}
+    read_only = _copy(reference)
+    jobs["read_only"] = (read_only, _snapshot(read_only))
+    for path in [read_only, *read_only.rglob("*")]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    command = [_tiny.launch_script(), *_job(read_only, STEPS + 2)]
+    if os.geteuid() == 0:
+        # Root ignores permission bits; without these capabilities it obeys them.
+        setpriv = shutil.which("setpriv")
+        command = (
+            [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner", "--", *command]
+            if setpriv
+            else None
         )
-        assert result.returncode != 0
-        message = result.stderr[-3000:]
-        assert str(model_dir) in message and "ermission" in message, message
-        assert "Traceback" not in message[-800:] or "PermissionError" in message, message
-        for path in [model_dir, *model_dir.rglob("*")]:
-            path.chmod(0o755)
-        assert _snapshot(model_dir) == before
-        assert _tiny.steps_of(model_dir) == list(range(1, STEPS + 1))
-    finally:
-        shutil.rmtree(model_dir.parent, ignore_errors=True)
+    if command is None:
+        runs["read_only"] = (
+            "running as root without util-linux setpriv: a read-only folder cannot be simulated"
+        )
+    else:
+        runs["read_only"] = (command, _tiny.launch_env(HOME=str(read_only.parent)), None)
 
+    full = _copy(reference)
+    jobs["full"] = (full, _snapshot(full))
+    runs["full"] = ([_tiny.launch_script(), *_job(full, STEPS + 2)], _tiny.launch_env(), _no_room)
 
-def test_full_model_folder_gives_clear_error_and_keeps_checkpoints(reference):
-    model_dir = _copy(reference)
-    try:
-        before = _snapshot(model_dir)
+    corrupted = _copy(reference)
+    jobs["corrupted"] = (corrupted, _snapshot(corrupted))
+    index = corrupted / f"checkpoint_{STEPS}" / "checkpoint"
+    data = bytearray(index.read_bytes())
+    data[len(data) // 2 :] = b"\xc1" * (len(data) - len(data) // 2)
+    index.write_bytes(bytes(data))
+    runs["corrupted"] = ([_tiny.launch_script(), *_job(corrupted, STEPS + 2)], _tiny.launch_env(), None)
 
-        def no_room() -> None:
-            # A file-size limit makes every larger write fail (EFBIG), as a
-            # full disk would (ENOSPC); Python ignores SIGXFSZ, so it is an OSError.
-            # 35 kB: above model-info.txt (~26 kB), below the largest arrays (~45 kB),
-            # so the job gets as far as writing a checkpoint.
-            resource.setrlimit(resource.RLIMIT_FSIZE, (35_000, 35_000))
-
-        result = subprocess.run(
-            [_tiny.launch_script(), *_job(model_dir, STEPS + 2)],
-            cwd=model_dir.parent,
-            env=_tiny.launch_env(),
-            capture_output=True,
+    # Started from this thread, one after the other (preexec_fn and threads do not mix), then
+    # read in turn (pipes: the file-size limit must not reach the job's output).
+    started = {}
+    for case, run in runs.items():
+        if isinstance(run, str):
+            continue
+        command, env, preexec = run
+        started[case] = subprocess.Popen(
+            command,
+            cwd=jobs[case][0].parent,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=900,
-            preexec_fn=no_room,
+            preexec_fn=preexec,
         )
-        assert result.returncode != 0
-        message = result.stderr[-3000:]
-        assert "File too large" in message or "No space" in message, message
-        assert "checkpoint_" in message, message
-        assert _snapshot(model_dir) == before
-        assert _tiny.steps_of(model_dir) == list(range(1, STEPS + 1))
-    finally:
-        shutil.rmtree(model_dir.parent, ignore_errors=True)
-
-
-def test_corrupted_checkpoint_is_refused_naming_newest_valid_step(reference):
-    model_dir = _copy(reference)
+    results = {}
+    for case, proc in started.items():
+        try:
+            stdout, stderr = proc.communicate(timeout=900)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        results[case] = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     try:
-        index = model_dir / f"checkpoint_{STEPS}" / "checkpoint"
-        data = bytearray(index.read_bytes())
-        data[len(data) // 2 :] = b"\xc1" * (len(data) - len(data) // 2)
-        index.write_bytes(bytes(data))
-        result = _tiny.run_raw(_job(model_dir, STEPS + 2), model_dir.parent)
-        assert result.returncode != 0
-        message = result.stderr[-3000:]
-        assert f"checkpoint_{STEPS}" in message, message
-        assert f"checkpoint_{STEPS - 1}" in message or f"step {STEPS - 1}" in message, message
-        assert (model_dir / f"checkpoint_{STEPS - 1}").is_dir()
+        yield {case: (*jobs[case], results.get(case, runs[case])) for case in jobs}
     finally:
-        shutil.rmtree(model_dir.parent, ignore_errors=True)
+        for model_dir, _ in jobs.values():
+            for path in [model_dir, *model_dir.rglob("*")]:
+                path.chmod(0o755)
+            shutil.rmtree(model_dir.parent, ignore_errors=True)
+
+
+def test_read_only_model_folder_gives_clear_error_and_keeps_checkpoints(refused):
+    model_dir, before, result = refused["read_only"]
+    if isinstance(result, str):
+        pytest.skip(result)
+    assert result.returncode != 0
+    message = result.stderr[-3000:]
+    assert str(model_dir) in message and "ermission" in message, message
+    assert "Traceback" not in message[-800:] or "PermissionError" in message, message
+    for path in [model_dir, *model_dir.rglob("*")]:
+        path.chmod(0o755)
+    assert _snapshot(model_dir) == before
+    assert _tiny.steps_of(model_dir) == list(range(1, STEPS + 1))
+
+
+def test_full_model_folder_gives_clear_error_and_keeps_checkpoints(refused):
+    model_dir, before, result = refused["full"]
+    assert result.returncode != 0
+    message = result.stderr[-3000:]
+    assert "File too large" in message or "No space" in message, message
+    assert "checkpoint_" in message, message
+    assert _snapshot(model_dir) == before
+    assert _tiny.steps_of(model_dir) == list(range(1, STEPS + 1))
+
+
+def test_corrupted_checkpoint_is_refused_naming_newest_valid_step(refused):
+    model_dir, _, result = refused["corrupted"]
+    assert result.returncode != 0
+    message = result.stderr[-3000:]
+    assert f"checkpoint_{STEPS}" in message, message
+    assert f"checkpoint_{STEPS - 1}" in message or f"step {STEPS - 1}" in message, message
+    assert (model_dir / f"checkpoint_{STEPS - 1}").is_dir()
