@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from t5x.launch._errors import UserError, is_user_error, user_error_message
+from t5x.launch._files_written import print_files_written, print_infer_files
 from t5x.launch._gin_config import (
     GinArgs,
     GinBinding,
@@ -141,7 +142,7 @@ def _train(args: argparse.Namespace, bindings: list[str]) -> int:
             write_config_gin(pathlib.Path(str(macro_value("MODEL_DIR"))))
         raise
     print(f"[t5x-launch] finished at step {result.step}; model folder: {result.model_dir}", flush=True)
-    _print_files_written(result.model_dir)
+    print_files_written(result.model_dir)
     return 0
 
 
@@ -209,33 +210,6 @@ def _cmd_precompile(args: argparse.Namespace, bindings: list[str]) -> int:
     return 0
 
 
-def folder_listing(directory: str | os.PathLike[str]) -> str:
-    """What a model or output folder holds, for one log line.
-
-    Checkpoint folders are named as such (``checkpoint_1000/``); the files of
-    any other folder are listed by path (``train/events.out.tfevents...``).
-    """
-    root = pathlib.Path(directory)
-    names: list[str] = []
-    for entry in sorted(root.iterdir()):
-        if entry.is_dir() and not entry.name.startswith("checkpoint_"):
-            files = sorted(p for p in entry.rglob("*") if p.is_file())
-            names.extend(str(p.relative_to(root)) for p in files)
-            if not files:
-                names.append(entry.name + "/")
-        else:
-            names.append(entry.name + ("/" if entry.is_dir() else ""))
-    return ", ".join(names)
-
-
-def _print_files_written(directory: str | os.PathLike[str]) -> None:
-    """The last line of ``train`` and ``eval``: every file in the folder they wrote to."""
-    import jax
-
-    if jax.process_index() == 0 and pathlib.Path(directory).is_dir():
-        print(f"[t5x-launch] files in {directory}: {folder_listing(directory)}", flush=True)
-
-
 def _reusing_gin_args(
     args: argparse.Namespace, bindings: list[str], run_file: str, output_macro: str, subdir: str
 ) -> GinArgs:
@@ -265,7 +239,7 @@ def _cmd_eval(args: argparse.Namespace, bindings: list[str]) -> int:
         for result in results:
             for report in result.inference:
                 print(f"step {result.step} {report.task}: {report.metrics}")
-        _print_files_written(str(macro_value("EVAL_OUTPUT_DIR")))
+        print_files_written(str(macro_value("EVAL_OUTPUT_DIR")))
         return 0
 
     # A signal stops the whole evaluation (every checkpoint's), with exit code 143 / 130.
@@ -279,24 +253,10 @@ def _cmd_infer(args: argparse.Namespace, bindings: list[str]) -> int:
     def run() -> int:
         parse_gin(_reusing_gin_args(args, bindings, "runs/infer.gin", "INFER_OUTPUT_DIR", "infer"))
         paths = _run_configured(configured_job("infer", t5x.launch.infer), "INFER_OUTPUT_DIR")
-        _print_infer_files(
-            paths if isinstance(paths, list) else [paths], str(macro_value("INFER_OUTPUT_DIR"))
-        )
+        print_infer_files(paths if isinstance(paths, list) else [paths], str(macro_value("INFER_OUTPUT_DIR")))
         return 0
 
     return run_stoppable(run, hint="run the same command to resume (written chunks are kept)")
-
-
-def _print_infer_files(paths: list[str], output_dir: str) -> None:
-    """The last line of ``infer``: the files this job wrote (other shards' files are theirs)."""
-    import jax
-
-    if jax.process_index() != 0:
-        return
-    names = [p for path in paths for p in (path, f"{path}.COMPLETED") if os.path.exists(p)]
-    config = pathlib.Path(output_dir) / "config.gin"
-    names += [str(config)] if config.exists() else []
-    print(f"[t5x-launch] wrote {', '.join(names)}", flush=True)
 
 
 def _cmd_inspect_task(args: argparse.Namespace, _: list[str]) -> int:
@@ -568,7 +528,7 @@ def _cmd_export(args: argparse.Namespace, bindings: list[str]) -> int:
     write_config_gin(exported.path)
     imports = f"; import {', '.join(exported.load_imports)} before loading" if exported.load_imports else ""
     print(f"[t5x-launch] exported a {exported.mode} SavedModel (serving_default){imports}", flush=True)
-    _print_files_written(exported.path)
+    print_files_written(exported.path)
     return 0
 
 
