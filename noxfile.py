@@ -198,10 +198,11 @@ def beam(session: nox.Session) -> None:
     Beam pins numpy and protobuf below what the other packages use, so it never
     shares an environment with them.
     """
-    install_packages(session, "tasks", extras="beam,test")
+    install_packages(session, "tasks", "seqio", extras="beam,test")
     session.run(
         "pytest",
         str(PACKAGES_DIR / "tasks" / "tests" / "test_beam_cache.py"),
+        str(PACKAGES_DIR / "seqio" / "tests" / "test_beam_utils.py"),
         "-p",
         "no:cacheprovider",
         *session.posargs,
