@@ -1,7 +1,8 @@
 """seqio's Beam transforms (``seqio.beam_utils``): preprocess a task and write it, its info and stats.
 
-Only this module of the facade imports Apache Beam (install ``t5x-seqio[beam]``);
-``t5x.tasks``' own offline cache (``t5x-cache-tasks``) builds on the same steps.
+Only this module of the facade imports Apache Beam (install ``t5x-seqio[beam]``).
+These follow seqio's conventions (per-shard md5 seeds, ``seqio.dict_to_tfexample``
+records, seqio's stats); ``t5x.tasks``' own cache pipeline writes its own layout.
 """
 
 from __future__ import annotations
