@@ -69,8 +69,51 @@ class _MoeLoss:
     label_smoothing: float
     loss_normalizing_factor: Any
 
-    def _logits_and_state(self, params: PyTree, batch: Mapping[str, Any], dropout_rng: Any) -> Any:
+    module: Any
+    network_type: type  # the MoE network class the model runs
+    config_type: type  # and the config it is built from
+
+    def _moe_network(self, config: Any, module: Any) -> Any:
+        """The network from ``config`` (or given as ``config`` / ``module``), checked."""
+        if isinstance(config, self.network_type):
+            config, module = None, config
+        if module is None:
+            if not isinstance(config, self.config_type):
+                raise TypeError(
+                    f"{type(self).__name__} needs an {self.config_type.__name__}, got {type(config).__name__}"
+                )
+            return self.network_type(config)
+        if not isinstance(module, self.network_type):
+            raise TypeError(f"module must be an {self.network_type.__name__}, got {type(module).__name__}")
+        return module
+
+    def _set_moe_options(
+        self, aux_loss_factor: float, router_z_loss_factor: float, upcycle_from: str | None
+    ) -> None:
+        self.aux_loss_factor = float(aux_loss_factor)
+        self.router_z_loss_factor = float(router_z_loss_factor)
+        self.upcycle_from = upcycle_from
+
+    def _network_inputs(self, batch: Mapping[str, Any]) -> tuple[Any, ...]:
         raise NotImplementedError
+
+    def _logits_and_state(self, params: PyTree, batch: Mapping[str, Any], dropout_rng: Any) -> Any:
+        """Logits, and the MoE layers' sown metrics (``intermediates``)."""
+        rngs = {"dropout": dropout_rng} if dropout_rng is not None else None
+        return self.module.apply(
+            {"params": params},
+            *self._network_inputs(batch),
+            enable_dropout=dropout_rng is not None,
+            rngs=rngs,
+            mutable=["intermediates"],
+        )
+
+    def get_initial_variables(
+        self, rng: Any, input_shapes: Any, input_types: Any = None
+    ) -> dict[str, PyTree]:
+        """As the dense model's, then upcycled from ``upcycle_from`` when given."""
+        dense_init = super().get_initial_variables  # type: ignore[misc]
+        return self._upcycled(dense_init(rng, input_shapes, input_types))
 
     def _loss(
         self, params: PyTree, batch: Mapping[str, Any], dropout_rng: Any
@@ -147,6 +190,9 @@ class MoeEncoderDecoderModel(_MoeLoss, EncoderDecoderModel):
       **kwargs: ``EncoderDecoderModel``'s keywords (``z_loss``, ``decode_fn``, ...).
     """
 
+    network_type = MoeEncoderDecoderTransformer
+    config_type = MoeT5Config
+
     def __init__(
         self,
         config: MoeT5Config | MoeEncoderDecoderTransformer | None = None,
@@ -159,39 +205,19 @@ class MoeEncoderDecoderModel(_MoeLoss, EncoderDecoderModel):
         upcycle_from: str | None = None,
         **kwargs: Any,
     ) -> None:
-        if isinstance(config, MoeEncoderDecoderTransformer):
-            config, module = None, config
-        if module is None:
-            if not isinstance(config, MoeT5Config):
-                raise TypeError(f"MoeEncoderDecoderModel needs an MoeT5Config, got {type(config).__name__}")
-            module = MoeEncoderDecoderTransformer(config)
-        elif not isinstance(module, MoeEncoderDecoderTransformer):
-            raise TypeError(f"module must be an MoeEncoderDecoderTransformer, got {type(module).__name__}")
+        module = self._moe_network(config, module)
         kwargs.setdefault("cpu_kernels", False)
         super().__init__(None, input_vocabulary, output_vocabulary, module=module, **kwargs)
-        self.aux_loss_factor = float(aux_loss_factor)
-        self.router_z_loss_factor = float(router_z_loss_factor)
-        self.upcycle_from = upcycle_from
+        self._set_moe_options(aux_loss_factor, router_z_loss_factor, upcycle_from)
 
-    def _logits_and_state(self, params: PyTree, batch: Mapping[str, Any], dropout_rng: Any) -> Any:
-        rngs = {"dropout": dropout_rng} if dropout_rng is not None else None
-        return self.module.apply(
-            {"params": params},
+    def _network_inputs(self, batch: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (
             batch["encoder_input_tokens"],
             batch["decoder_input_tokens"],
             batch["decoder_target_tokens"],
             batch.get("encoder_segment_ids"),
             batch.get("decoder_segment_ids"),
-            enable_dropout=dropout_rng is not None,
-            rngs=rngs,
-            mutable=["intermediates"],
         )
-
-    def get_initial_variables(
-        self, rng: Any, input_shapes: Any, input_types: Any = None
-    ) -> dict[str, PyTree]:
-        """As ``EncoderDecoderModel``'s, then upcycled from ``upcycle_from`` when given."""
-        return self._upcycled(super().get_initial_variables(rng, input_shapes, input_types))
 
     def flops_per_token(self, model_feature_lengths: Mapping[str, int]) -> float:
         """Training FLOPs per token counting only the active experts (and the routers)."""
@@ -219,6 +245,9 @@ class MoeDecoderOnlyModel(_MoeLoss, DecoderOnlyModel):
       **kwargs: ``DecoderOnlyModel``'s keywords.
     """
 
+    network_type = MoeDecoderOnlyTransformer
+    config_type = MoeDecoderOnlyConfig
+
     def __init__(
         self,
         config: MoeDecoderOnlyConfig | MoeDecoderOnlyTransformer | None = None,
@@ -230,41 +259,19 @@ class MoeDecoderOnlyModel(_MoeLoss, DecoderOnlyModel):
         upcycle_from: str | None = None,
         **kwargs: Any,
     ) -> None:
-        if isinstance(config, MoeDecoderOnlyTransformer):
-            config, module = None, config
-        if module is None:
-            if not isinstance(config, MoeDecoderOnlyConfig):
-                raise TypeError(
-                    f"MoeDecoderOnlyModel needs an MoeDecoderOnlyConfig, got {type(config).__name__}"
-                )
-            module = MoeDecoderOnlyTransformer(config)
-        elif not isinstance(module, MoeDecoderOnlyTransformer):
-            raise TypeError(f"module must be an MoeDecoderOnlyTransformer, got {type(module).__name__}")
+        module = self._moe_network(config, module)
         kwargs.setdefault("cpu_kernels", False)
         super().__init__(None, vocabulary, module=module, **kwargs)
-        self.aux_loss_factor = float(aux_loss_factor)
-        self.router_z_loss_factor = float(router_z_loss_factor)
-        self.upcycle_from = upcycle_from
+        self._set_moe_options(aux_loss_factor, router_z_loss_factor, upcycle_from)
 
-    def _logits_and_state(self, params: PyTree, batch: Mapping[str, Any], dropout_rng: Any) -> Any:
-        rngs = {"dropout": dropout_rng} if dropout_rng is not None else None
-        return self.module.apply(
-            {"params": params},
+    def _network_inputs(self, batch: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (
             batch["decoder_input_tokens"],
             batch["decoder_target_tokens"],
             batch.get("decoder_segment_ids"),
             batch.get("decoder_positions"),
             self._causal_attention(batch),
-            enable_dropout=dropout_rng is not None,
-            rngs=rngs,
-            mutable=["intermediates"],
         )
-
-    def get_initial_variables(
-        self, rng: Any, input_shapes: Any, input_types: Any = None
-    ) -> dict[str, PyTree]:
-        """As ``DecoderOnlyModel``'s, then upcycled from ``upcycle_from`` when given."""
-        return self._upcycled(super().get_initial_variables(rng, input_shapes, input_types))
 
     def flops_per_token(self, model_feature_lengths: Mapping[str, int]) -> float:
         """Training FLOPs per token counting only the active experts (and the routers)."""
