@@ -5,7 +5,7 @@ import sys
 import gin
 import pytest
 
-from t5x import launch, models, training
+from t5x import adafactor, launch, models, optimizers, training
 from t5x.launch._gin_config import GinArgs, configured_job, macro_value, parse_gin
 from t5x.upstream import _scripts
 
@@ -35,7 +35,8 @@ def test_t5_1_1_sizes_match_the_published_configs(size, spm_path):
         assert getattr(model.config, field) == getattr(preset, field), field
     assert model.config.mlp_activations == ("gelu", "linear") and not model.config.logits_via_embedding
     assert model.config.dtype == "bfloat16" and model.z_loss == pytest.approx(1e-4)
-    assert isinstance(model.optimizer_def, training.Adafactor)
+    assert isinstance(model.optimizer_def, adafactor.Adafactor)
+    assert isinstance(optimizers.to_optax(model.optimizer_def), training.Adafactor)
 
 
 @pytest.mark.parametrize(
@@ -123,7 +124,7 @@ def test_an_unsupported_upstream_keyword_says_what_to_use(tmp_path, spm_path):
 
 @pytest.mark.parametrize(
     ("module", "hint"),
-    [("t5x.contrib.moe", "contrib packages.*t5x-moe"), ("t5x.optimizers", "Optax transformation")],
+    [("t5x.contrib.moe", "contrib packages.*t5x-moe"), ("t5x.state_utils", "checkpoint surgery")],
 )
 def test_an_unsupported_upstream_module_says_so(tmp_path, module, hint):
     package, name = module.rsplit(".", 1)

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5x import adafactor, models, trainer, training, utils
+from t5x import adafactor, models, optimizers, trainer, training, utils
 from t5x.examples.decoder_only import network as decoder_network
 from t5x.examples.scalable_t5 import network as scalable_network
 from t5x.examples.t5 import network as t5_network
@@ -49,6 +49,7 @@ def test_adafactor_takes_upstreams_keywords_and_updates_as_training_does():
     reference = training.adafactor(
         decay_rate=0.8, step_offset=0, learning_rate=0.1, multiply_by_parameter_scale=False
     )
+    ours = optimizers.to_optax(ours)  # the OptimizerDef trains as t5x.training's transformation
     got, _ = ours.update(grads, ours.init(params), params)
     want, _ = reference.update(grads, reference.init(params), params)
     for name in params:

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from t5x import checkpoints, launch, trainer, utils
+from t5x import checkpoints, launch, optimizers, trainer, utils
 from t5x.launch import ConfigurationError, JobResult
 
 _LOG = logging.getLogger("t5x.upstream")
@@ -397,7 +397,8 @@ def train(
         model_dir=model_dir,
         total_steps=total_steps,
         partitioner=partitioner,
-        optimizer=getattr(model, "optimizer_def", None),
+        # An upstream OptimizerDef (Adafactor, OptaxWrapper, ...) trains as its Optax form.
+        optimizer=optimizers.to_optax(getattr(model, "optimizer_def", None)),
         learning_rate_fn=settings.learning_rate_fn,
         checkpoint_cfg=checkpoint_config(checkpoint_cfg, total_steps),
         eval_period=eval_period if (eval_cfg is not None or infer_cfg is not None) else None,

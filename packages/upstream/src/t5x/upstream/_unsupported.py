@@ -20,14 +20,6 @@ UNSUPPORTED: dict[str, str] = {
     ),
     "utils.get_training_eval_datasets": "train_eval_dataset_cfg (t5x-launch builds evaluation data itself)",
     "utils.TrainStateInitializer": "nothing: t5x-launch initialises the train state itself",
-    "optimizers.MultiOptimizer": "t5x.training.multi_transform (an Optax optimizer) as the model's optimizer_def",
-    "optimizers.chain": "an Optax transformation (optax.chain) as the model's optimizer_def",
-    "optimizers.adamw": "t5x.training.adamw as the model's optimizer_def",
-    "optimizers.lion": "t5x.training.lion as the model's optimizer_def",
-    "t5x.optimizers": (
-        "an Optax transformation (t5x.training.adamw, lion, multi_transform, or optax's) as the model's optimizer_def"
-    ),
-    "t5x.train_state": "nothing in gin: t5x-launch builds the train state (t5x.training.TrainState)",
     "t5x.losses": "the model's z_loss, label_smoothing and loss_normalizing_factor keywords",
     "t5x.state_utils": "t5x-launch convert for checkpoint surgery",
     "export_lib": "nothing: model export (t5x/export.py) is not supported",
