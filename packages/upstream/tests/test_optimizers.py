@@ -1,6 +1,7 @@
 """t5x.optimizers: upstream's OptimizerDef / Optimizer API over Optax."""
 
 import flax
+import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -102,3 +103,21 @@ def test_to_optax_gives_the_transformation_launch_trains_with():
     want = multi.create(params).apply_gradient(_grads(params), learning_rate=0.2)
     jax.tree.map(np.testing.assert_allclose, optax.apply_updates(params, updates), want.target)
     assert int(state.step) == 1
+
+
+def test_gin_binds_the_wrapped_optax_names():
+    with gin.unlock_config():
+        gin.parse_config(
+            "from __gin__ import dynamic_registration\nfrom t5x import optimizers\n"
+            "OPT = @optimizers.adamw()\noptimizers.adamw.learning_rate = 0.01\n"
+            "optimizers.adamw.weight_decay = 0.5\n"
+        )
+        try:
+            opt_def = gin.query_parameter("%OPT").scoped_configurable_fn()
+        finally:
+            gin.clear_config()
+    assert isinstance(opt_def, optimizers.OptaxWrapper)
+    params = {"w": jnp.ones(2)}
+    optimizer = opt_def.create(params).apply_gradient({"w": jnp.zeros(2)})
+    # adamw's decoupled weight decay alone: w - lr * wd * w.
+    np.testing.assert_allclose(optimizer.target["w"], 1 - 0.01 * 0.5)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax.linen.partitioning import AxisMetadata
 
-from t5x import adafactor, optimizers
+from t5x import adafactor, optimizers, partitioning
 from t5x import train_state as train_state_lib
 
 P = jax.sharding.PartitionSpec
@@ -91,3 +91,16 @@ def test_inference_state_has_no_optimizer():
     assert restored.step == 3 and restored.flax_mutables == train_state_lib.EMPTY_DICT
     axes = state.as_logical_axes()
     assert axes.step is None and axes.params["dense"]["kernel"] == P("vocab", "embed")
+
+
+def test_partitioner_maps_a_train_state_through_its_logical_axes():
+    partitioner = partitioning.PjitPartitioner(
+        num_partitions=1, logical_axis_rules=(("vocab", "model"), ("embed", None), ("batch", "data"))
+    )
+    opt_def = adafactor.Adafactor(0.1, beta1=0.9, logical_factor_rules=RULES)
+    state = train_state_lib.FlaxOptimTrainState.create(opt_def, _variables())
+    mesh_axes = partitioner.get_mesh_axes(state)
+    kernel = mesh_axes.param_states["dense"]["kernel"]
+    assert mesh_axes.params["dense"]["kernel"] == P("model", None)
+    assert kernel.m == P("model", None) and kernel.v is not None
+    assert mesh_axes.step is None and kernel.v_row is None  # unpartitioned stays None, as upstream

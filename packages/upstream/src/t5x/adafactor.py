@@ -18,11 +18,11 @@ import flax.core
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import traverse_util
 
 from t5x import optimizers, training
 from t5x.training import FactorDim, HParamMap, factor_name_to_factordim
-from t5x.training._adafactor import _factor_map_from_axes, _heuristic_dims, _parse_rule
 
 HEURISTIC_RULE = training.HEURISTIC_RULE
 OptimizerState = optimizers.OptimizerState
@@ -140,7 +140,8 @@ class Adafactor(optimizers.OptimizerDef):
         }
         # Factoring depends on the definition's rules, not per-step overrides (as upstream).
         options["factored"] = self.hyper_params.factored
-        options["factor_map"] = self.hyper_params.factor_map or None
+        factored = self.hyper_params.factored
+        options["factor_map"] = (self.hyper_params.factor_map or None) if factored else None
         options.update(changes)
         return training.adafactor(dtype_momentum=self.dtype_momentum, **options)
 
@@ -163,14 +164,45 @@ class Adafactor(optimizers.OptimizerDef):
         return 1.0 - (jnp.asarray(i, jnp.float32) + 1.0) ** (-exponent)
 
     @staticmethod
-    def _parse_rule(rule: Any, shape: Sequence[int], path: str) -> tuple[tuple[int, ...], Any]:
-        """``(dims averaged over, (row dims, column dims) | None | HEURISTIC_RULE)`` for one parameter."""
-        return _parse_rule(rule, tuple(shape), path)
+    def _parse_rule(
+        rule: Any, shape: Sequence[int], path: str, fallback_to_heuristics: bool = True
+    ) -> tuple[tuple[int, ...], Any]:
+        """``(dims averaged over, (row dims, column dims) | None | HEURISTIC_RULE)`` for one parameter.
+
+        Explicit rules for parameters of rank <= 2 without batch dims give way to
+        the shape heuristic (as ``t5x.training.adafactor`` does).
+        """
+        every_dim = tuple(range(len(shape)))
+        if rule is None:
+            return every_dim, None
+        if rule is HEURISTIC_RULE:
+            if len(shape) > 2:
+                raise ValueError(
+                    f"parameter {path!r} of shape {tuple(shape)} needs an explicit factorization rule"
+                )
+            return every_dim, HEURISTIC_RULE
+        rule = tuple(factor_name_to_factordim(r) for r in rule)
+        if len(rule) != len(shape):
+            raise ValueError(
+                f"factorization rule {rule} has rank {len(rule)}; {path!r} has shape {tuple(shape)}"
+            )
+        batch = tuple(i for i, d in enumerate(rule) if d == FactorDim.BATCH)
+        if fallback_to_heuristics and len(shape) <= 2 and not batch:
+            return every_dim, HEURISTIC_RULE
+        rows = tuple(i for i, d in enumerate(rule) if d == FactorDim.ROW)
+        cols = tuple(i for i, d in enumerate(rule) if d == FactorDim.COLUMN)
+        averaging = tuple(i for i in every_dim if i not in batch)
+        return averaging, ((rows, cols) if rows or cols else None)
 
     def _factored_dims(self, shape: Sequence[int]) -> Any:
         """The shape heuristic's ``((row dim,), (column dim,))``, or None (not factored)."""
         hp = self.hyper_params
-        return _heuristic_dims(tuple(shape), hp.factored, hp.min_dim_size_to_factor)
+        if not hp.factored or len(shape) < 2:
+            return None
+        order = np.argsort(shape, kind="stable")
+        if shape[order[-2]] < hp.min_dim_size_to_factor:
+            return None
+        return (int(order[-2]),), (int(order[-1]),)
 
     # --- OptimizerDef ---
 
@@ -233,10 +265,25 @@ class Adafactor(optimizers.OptimizerDef):
         rules = self.hyper_params.logical_factor_rules
         if rules is None:
             return
-        names = jax.tree.map(
-            tuple, param_logical_axes, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec)
-        )
-        self.hyper_params = self.hyper_params.replace(factor_map=_factor_map_from_axes(names, rules))
+        none, row, col = FactorDim.NONE, FactorDim.ROW, FactorDim.COLUMN
+        factor_map = {}
+        for path, axes in _flat(param_logical_axes).items():
+            unknown = [name for name in tuple(axes) if name not in rules]
+            if unknown:
+                raise ValueError(
+                    f"Adafactor: parameter {path!r} has logical axes {unknown} that logical_factor_rules "
+                    f"does not name (it names {sorted(map(str, rules))})"
+                )
+            dims = tuple(factor_name_to_factordim(rules[name]) for name in tuple(axes))
+            if row in dims and col in dims and none in dims:
+                raise ValueError(
+                    f"Adafactor: incomplete factor spec {dims} for {path!r} (axes {tuple(axes)})"
+                )
+            if row not in dims or col not in dims:
+                # Half-factored: unfactored, keeping only the batch dims.
+                dims = tuple(none if d in (row, col) else d for d in dims)
+            factor_map[path] = dims
+        self.hyper_params = self.hyper_params.replace(factor_map=factor_map)
 
     def derive_logical_axes(
         self, optimizer: optimizers.Optimizer, param_logical_axes: Any
@@ -245,8 +292,9 @@ class Adafactor(optimizers.OptimizerDef):
         flat_axes = _flat(param_logical_axes)
         flat_states = _flat(optimizer.state.param_states)
         with_momentum = bool(self.hyper_params.beta1)
+        slots: Any = AdafactorParamState  # holding axes here, not arrays
         slot_axes = {
-            path: AdafactorParamState(
+            path: slots(
                 v_row=None,
                 v_col=None,
                 v=axes if tuple(flat_states[path].v.shape) != (1,) else None,

@@ -354,7 +354,7 @@ class _OptimizerDefTransformation(optax.GradientTransformationExtraArgs):
 def _as_transformation(opt_def: OptimizerDef) -> optax.GradientTransformationExtraArgs:
     def init_fn(params: Any) -> OptimizerState:
         state = opt_def.init_state(params)
-        return state.replace(step=jnp.asarray(state.step, jnp.int32))
+        return OptimizerState(jnp.asarray(state.step, jnp.int32), state.param_states)
 
     def update_fn(grads: Any, state: Any, params: Any = None, **extra: Any) -> tuple[Any, Any]:
         if params is None:

@@ -168,7 +168,18 @@ class PjitPartitioner:
 
     # -------------------------------------------------------------- shardings
     def get_mesh_axes(self, logical_axes: Any) -> Any:
-        """Maps a tree of logical axis names to ``PartitionSpec``s in mesh axes."""
+        """Maps a tree of logical axis names to ``PartitionSpec``s in mesh axes.
+
+        An upstream-style train state (one with ``as_logical_axes()``, e.g.
+        ``t5x.train_state.FlaxOptimTrainState``) is first turned into its logical
+        axes; its None leaves (the step, unpartitioned slots) stay None, as upstream.
+        """
+        if hasattr(logical_axes, "as_logical_axes"):
+            return jax.tree.map(
+                self.get_mesh_axes,
+                logical_axes.as_logical_axes(),
+                is_leaf=lambda x: isinstance(x, PartitionSpec),
+            )
         return jax.tree.map(
             lambda s: s.spec if isinstance(s, NamedSharding) else s,
             self.get_sharding(logical_axes),
