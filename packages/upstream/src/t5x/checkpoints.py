@@ -38,4 +38,22 @@ class SaveBestCheckpointer(Checkpointer):
         )
 
 
-__all__ = ["Checkpointer", "SaveBestCheckpointer", "load_t5x_checkpoint"]
+class CheckpointManager:
+    """Upstream's Orbax-backed checkpoint manager, as a name to subclass or refer to.
+
+    ``t5x.utils.restore`` and ``TrainStateInitializer`` call a subclass's
+    ``restore(path=..., fallback_state=..., state_transformation_fns=...)``. This
+    base is not built here: t5x-launch saves and restores with ``Checkpointer``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(
+            "checkpoints.CheckpointManager (upstream's Orbax manager) is not implemented here: "
+            "t5x-launch saves and restores checkpoints with t5x.checkpointing.Checkpointer"
+        )
+
+    def restore(self, path: str, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.restore is not implemented (asked for {path})")
+
+
+__all__ = ["CheckpointManager", "Checkpointer", "SaveBestCheckpointer", "load_t5x_checkpoint"]

@@ -16,6 +16,7 @@ from t5x.partitioning._multihost import (
 )
 from t5x.partitioning._partitioner import PartitionedFunction, PjitPartitioner
 from t5x.partitioning._rules import (
+    AxisNames,
     LogicalAxisRules,
     MeshAxes,
     get_logical_axes,
@@ -29,6 +30,7 @@ from t5x.partitioning._rules import (
 from t5x.partitioning._topology import bounds_from_last_device, get_coords
 
 __all__ = [
+    "AxisNames",
     "LocalChunkInfo",
     "LocalChunker",
     "PartitionSpec",

@@ -14,6 +14,21 @@ MeshAxes: TypeAlias = str | tuple[str, ...] | None
 LogicalAxisRules: TypeAlias = Sequence[tuple[str, MeshAxes]]
 """Priority-ordered ``(logical name, mesh axes)`` pairs, as Flax and upstream t5x use."""
 
+
+class AxisNames(tuple):
+    """The logical axis names of one array, one per dimension (``AxisNames("batch", None)``).
+
+    A tuple, so it is a leaf of axis trees only where a caller treats it as one; the
+    named type tells these apart from a tree's own tuples (upstream t5x's name).
+    """
+
+    def __new__(cls, *names: str | None) -> AxisNames:
+        return tuple.__new__(cls, names)
+
+    def __repr__(self) -> str:
+        return f"AxisNames{tuple.__repr__(self)}"
+
+
 # Names every standard rule set keeps replicated.
 _REPLICATED_NAMES = ("relpos_buckets", "abspos_buckets", "length", "layers", "stack", "mlp_activations")
 

@@ -105,7 +105,8 @@ class Mixture:
         """The leaf tasks, nested mixtures flattened, each once."""
         out: dict[str, Task] = {}
         for item, _ in self._entries:
-            for task in item.tasks:
+            # A task entry is itself (not asked for its ``tasks``, so test doubles of Task work).
+            for task in item.tasks if isinstance(item, Mixture) else [item]:
                 out.setdefault(task.name, task)
         return list(out.values())
 
