@@ -40,6 +40,7 @@ from t5x.models._network import (
 from t5x.models._presets import PRESETS, preset
 from t5x.models._reference import LazyReference
 from t5x.models._scan import scan_params, unscan_params
+from t5x.models._sequences import count_packed_examples, remove_prefix
 from t5x.models._step_kernels import CpuKernels
 from t5x.models._transformer import DecoderOnlyTransformer, EncoderDecoderTransformer
 
@@ -87,6 +88,8 @@ __all__ = [
     "make_causal_mask",
     "make_decoder_mask",
     "prefill_spans",
+    "count_packed_examples",
+    "remove_prefix",
     "preset",
     "relative_position_bucket",
     "scan_params",
