@@ -190,7 +190,7 @@ def _flat_by_path(tree: Any) -> dict[str, Any]:
     # None leaves stay (they are logged as such); names are "a/b/c", sorted like JAX sorts dict keys.
     if not isinstance(tree, Mapping):
         return {"": tree}
-    flat = traverse_util.flatten_dict(flax.core.unfreeze(tree), keep_empty_nodes=True, sep="/")
+    flat = traverse_util.flatten_dict(flax.core.unfreeze(dict(tree)), keep_empty_nodes=True, sep="/")
     return dict(sorted(flat.items()))
 
 
