@@ -28,8 +28,7 @@ from t5x.models import (
 from t5x.models._cpu_kernels import MAX_ROWS as PACKED_MAX_ROWS
 from t5x.models._cpu_kernels import (
     PACKED,
-    cache_logits,
-    cache_values,
+    cache_attention,
     pack_decode_kernels,
     pack_kernel,
     packed_matmul,
@@ -304,7 +303,7 @@ def test_greedy_decodes_with_the_packed_kernel_equal_xlas(kind, batch):
     assert model.cpu_kernels == CpuKernels("auto")
     (packed, packed_aux), packed_hlo = decode("auto")
     (xla, xla_aux), xla_hlo = decode(False)
-    for target in ("t5x_packed_matmul", "t5x_cache_logits", "t5x_cache_values"):
+    for target in ("t5x_packed_matmul", "t5x_pack_kernel", "t5x_cache_attention"):
         assert target in packed_hlo and target not in xla_hlo
     np.testing.assert_array_equal(packed, xla)
     np.testing.assert_allclose(packed_aux["scores"], xla_aux["scores"], rtol=1e-5, atol=1e-5)
@@ -405,20 +404,60 @@ def test_step_kernels_per_call():
 # --- attention to the cache ---------------------------------------------------------------
 
 
+def _softmax_attention(query, key, value, bias):
+    """The float64 reference: softmax(q . k + bias) . v per group."""
+    logits = np.einsum("...d,...dl->...l", query, key) + bias
+    weights = np.exp(logits - logits.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    return np.einsum("...l,...dl->...d", weights, value)
+
+
 @requires_compiler
 @pytest.mark.parametrize("groups", [(1,), (2, 3)])
 @pytest.mark.parametrize(("depth", "length"), [(1, 1), (8, 31), (64, 32), (16, 33), (64, 319)])
-def test_cache_kernels_equal_the_einsums(groups, depth, length):
+def test_cache_attention_equals_the_softmax_of_the_einsums(groups, depth, length):
     assert cpu_kernels_ready()
     rng = np.random.default_rng(depth * 1000 + length)
     query = rng.normal(size=(*groups, depth)).astype(np.float32)
-    weights = rng.random(size=(*groups, length)).astype(np.float32)
-    cache = rng.normal(size=(*groups, depth, length)).astype(np.float32)
-    q64, w64, c64 = (a.astype(np.float64) for a in (query, weights, cache))
-    logits = jax.jit(cache_logits)(query, cache)
-    np.testing.assert_allclose(logits, np.einsum("...d,...dl->...l", q64, c64), rtol=1e-5, atol=1e-5)
-    values = jax.jit(cache_values)(weights, cache)
-    np.testing.assert_allclose(values, np.einsum("...l,...dl->...d", w64, c64), rtol=1e-5, atol=1e-5)
+    key, value = (rng.normal(size=(*groups, depth, length)).astype(np.float32) for _ in range(2))
+    # Each group sees a different prefix of the cache; the rest is masked as the model masks it.
+    visible = np.arange(length) <= rng.integers(0, length, size=(*groups, 1))
+    bias = np.where(visible, rng.normal(size=(*groups, length)), -1e10).astype(np.float32)
+    want = _softmax_attention(*(a.astype(np.float64) for a in (query, key, value, bias)))
+    got = jax.jit(cache_attention)(query, key, value, bias)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    unbiased = jax.jit(lambda q, k, v: cache_attention(q, k, v, None))(query, key, value)
+    np.testing.assert_allclose(unbiased, _softmax_attention(query, key, value, 0.0), rtol=1e-5, atol=1e-5)
+
+
+@requires_compiler
+def test_cache_attention_of_a_wholly_masked_row_averages_like_xla():
+    # A row with every position masked (padding rows) spreads its weight evenly, as softmax does.
+    assert cpu_kernels_ready()
+    rng = np.random.default_rng(5)
+    query = rng.normal(size=(2, 8)).astype(np.float32)
+    key, value = (rng.normal(size=(2, 8, 20)).astype(np.float32) for _ in range(2))
+    bias = np.full((2, 20), -1e10, np.float32)
+    got = jax.jit(cache_attention)(query, key, value, bias)
+    want = jax.jit(
+        lambda q, k, v, b: jnp.einsum("gl,gdl->gd", jax.nn.softmax(jnp.einsum("gd,gdl->gl", q, k) + b), v)
+    )
+    np.testing.assert_allclose(got, want(query, key, value, bias), rtol=1e-5, atol=1e-5)
+
+
+@requires_compiler
+@pytest.mark.parametrize(("k", "n"), [(1, 1), (7, 32), (16, 33), (64, 100)])
+def test_pack_kernel_on_the_cpu_kernel_equals_the_transpose(k, n):
+    assert cpu_kernels_ready()
+    kernel = np.random.default_rng(k * 100 + n).normal(size=(k, n)).astype(np.float32)
+    packed = np.asarray(jax.jit(pack_kernel)(kernel))
+    blocks = -(-n // 32)
+    want = np.zeros((blocks, k, 32), np.float32)
+    for b in range(blocks):
+        width = min(32, n - 32 * b)
+        want[b, :, :width] = kernel[:, 32 * b : 32 * b + width]
+    np.testing.assert_array_equal(packed, want)
+    assert "t5x_pack_kernel" in jax.jit(pack_kernel).lower(kernel).as_text()
 
 
 @requires_compiler
@@ -441,7 +480,7 @@ def test_attention_to_the_cache_on_the_kernels_equals_xlas():
     for bias in (mask_bias, mask_bias + relative):
         kernels, kernels_hlo = attend(bias, cpu_kernels=True)
         xla, xla_hlo = attend(bias, cpu_kernels=False)
-        assert "t5x_cache_logits" in kernels_hlo and "t5x_cache_values" in kernels_hlo
+        assert "t5x_cache_attention" in kernels_hlo
         assert "t5x_cache" not in xla_hlo
         assert kernels.shape == (batch, 1, heads, depth)
         np.testing.assert_allclose(kernels, xla, rtol=1e-5, atol=1e-5)

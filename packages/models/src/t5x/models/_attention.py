@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from t5x.models._cpu_kernels import cache_logits, cache_values, float32_only
+from t5x.models._cpu_kernels import cache_attention, float32_only
 from t5x.models._joined import joined_kernel
 from t5x.models._layers import DenseGeneral, RelativeBias, combine_masks, constrain, nd_init
 from t5x.models._matmul import dense, dot_general
@@ -116,12 +116,11 @@ def _attend_to_cache(
     if float32_logits:
         query, key = query.astype(jnp.float32), key.astype(jnp.float32)
     if cpu_kernels and _cache_kernels_take(query, key, value, dtype, matmul_dtype):
-        # One query per row: both products stream the cache through the CPU kernels.
-        logits = cache_logits(query[:, 0], key)[:, :, None, :]
-        if bias is not None:
-            logits = logits + bias.astype(logits.dtype)
-        weights = jax.nn.softmax(logits)
-        return cache_values(weights[:, :, 0, :], value)[:, None]
+        # One query per row: one kernel per layer reads the keys, then the values, of each
+        # (row, head) while its scores stay in L1, and skips the masked tail of the cache.
+        batch, _, heads, _ = query.shape
+        row_bias = None if bias is None else jnp.broadcast_to(bias, (batch, heads, 1, key.shape[-1]))[:, :, 0]
+        return cache_attention(query[:, 0], key, value, row_bias)[:, None]
     # bqhd,bhdk->bhqk
     logits = dot_general(query, key, (((3,), (2,)), ((0, 2), (0, 1))), matmul_dtype)
     if bias is not None:

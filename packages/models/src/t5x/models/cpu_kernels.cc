@@ -9,14 +9,18 @@
 //
 //   t5x_packed_matmul   y[rows, n] = x[rows, k] . w, with w packed once per decode call
 //                       (in XLA, before the loop) as [n / 32, k, 32];
-//   t5x_cache_logits    s[g, l] = sum_d q[g, d] c[g, d, l]   (g = batch x heads; the
-//   t5x_cache_values    o[g, d] = sum_l p[g, l] c[g, d, l]    cache's [.., head_dim, length]).
+//   t5x_cache_attention o[g] = softmax(q[g] . k[g] + bias[g]) . v[g] (g = batch x heads,
+//                       k and v in the cache's [.., head_dim, length] layout): both
+//                       products and the softmax in one pass per group, its scores in L1;
+//   t5x_pack_kernel     w [k, n] -> [ceil(n / 32), k, 32] (the packed product's layout),
+//                       the last block zero-padded: once per decode call.
 //
 // Each splits its independent pieces (column blocks, or groups) over XLA's intra-op
 // threads. All take and return float32.
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -136,25 +140,14 @@ ffi::Error PackedMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buff
   return ffi::Error::Success();
 }
 
-// --- t5x_cache_logits / t5x_cache_values --------------------------------------------------
+// --- t5x_cache_attention ------------------------------------------------------------------
 
-// s[l] = sum_d q[d] c[d, l]: the cache read row by row, the scores kept in L1.
-void GroupLogits(const float* __restrict q, const float* __restrict c, float* __restrict s,
-                 int64_t depth, int64_t length) {
-  std::fill(s, s + length, 0.0f);
+// o[d] = sum_{l < used} p[l] c[d, l] (rows `stride` long): one dot product per row of the cache.
+void ValuesPrefix(const float* __restrict p, const float* __restrict c, float* __restrict o,
+                  int64_t depth, int64_t stride, int64_t used) {
+  const int64_t whole = used - used % 32;
   for (int64_t d = 0; d < depth; ++d) {
-    const float qd = q[d];
-    const float* __restrict row = c + d * length;
-    for (int64_t l = 0; l < length; ++l) s[l] += qd * row[l];
-  }
-}
-
-// o[d] = sum_l p[l] c[d, l]: one dot product per row of the cache.
-void GroupValues(const float* __restrict p, const float* __restrict c, float* __restrict o,
-                 int64_t depth, int64_t length) {
-  const int64_t whole = length - length % 32;
-  for (int64_t d = 0; d < depth; ++d) {
-    const float* row = c + d * length;
+    const float* row = c + d * stride;
     Vec16 a = {}, b = {};
     for (int64_t l = 0; l < whole; l += 32) {
       a += Load(p + l) * Load(row + l);
@@ -163,36 +156,122 @@ void GroupValues(const float* __restrict p, const float* __restrict c, float* __
     a += b;
     float sum = 0.0f;
     for (int i = 0; i < 16; ++i) sum += a[i];
-    for (int64_t l = whole; l < length; ++l) sum += p[l] * row[l];
+    for (int64_t l = whole; l < used; ++l) sum += p[l] * row[l];
     o[d] = sum;
   }
 }
 
-// Runs Group(operand row, cache group, output row, depth, length) for every group of a
-// [groups, depth, length] cache. The operand's rows are `depth` wide and the output's
-// `length` wide (kLogits), or the other way round.
-template <void (*Group)(const float*, const float*, float*, int64_t, int64_t), bool kLogits>
-ffi::Error OverGroups(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> c,
-                      ffi::ResultBuffer<ffi::F32> o) {
-  const auto ad = a.dimensions();
-  const auto cd = c.dimensions();
+// Masked positions carry a bias of about -1e10 (see t5x.models' _mask_to_bias): their
+// softmax weight is exactly zero, so the masked tail of a row (the cache past the current
+// position) is neither read nor summed; that leaves every result bit as it was.
+constexpr float kMasked = -1e9f;
+
+// e^x for 16 lanes: 2^round(x / ln 2) times a degree-6 polynomial on the remainder
+// (within 2 ulp of the exact value); 0 below e^-87.3, where float32 flushes anyway.
+inline Vec16 Exp(Vec16 x) {
+  typedef int32_t Int16 __attribute__((vector_size(64)));
+  const Vec16 low = x < -87.3f ? Vec16{} + 1.0f : Vec16{};  // lanes that underflow
+  x = x > 88.7f ? Vec16{} + 88.7f : x;
+  x = x < -87.3f ? Vec16{} - 87.3f : x;
+  const Vec16 t = x * 1.44269504088896341f;
+  const Int16 n = __builtin_convertvector(t + (t >= 0.0f ? Vec16{} + 0.5f : Vec16{} - 0.5f), Int16);
+  const Vec16 nf = __builtin_convertvector(n, Vec16);
+  const Vec16 r = (x - nf * 0.693359375f) + nf * 2.12194440e-4f;
+  Vec16 p = Vec16{} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const Vec16 e = p * r * r + r + 1.0f;
+  Vec16 scale;
+  const Int16 bits = (n + 127) << 23;
+  __builtin_memcpy(&scale, &bits, sizeof scale);
+  return low > 0.0f ? Vec16{} : e * scale;
+}
+
+// One group: s = q . k over the visible prefix, softmax with the bias, o = p . v.
+void GroupAttention(const float* __restrict q, const float* __restrict k, const float* __restrict v,
+                    const float* __restrict bias, float* __restrict o, float* __restrict s,
+                    int64_t depth, int64_t length) {
+  int64_t used = length;
+  while (used > 0 && bias[used - 1] <= kMasked) --used;
+  if (used == 0) used = length;  // all masked: XLA's softmax spreads evenly over them all
+  const int64_t padded = (used + 15) / 16 * 16;  // s has room for it (see CacheAttention)
+  std::fill(s, s + padded, 0.0f);
+  for (int64_t d = 0; d < depth; ++d) {
+    const float qd = q[d];
+    const float* __restrict row = k + d * length;
+    for (int64_t l = 0; l < used; ++l) s[l] += qd * row[l];
+  }
+  float top = -INFINITY;
+  for (int64_t l = 0; l < used; ++l) {
+    s[l] += bias[l];
+    top = std::max(top, s[l]);
+  }
+  for (int64_t l = used; l < padded; ++l) s[l] = -INFINITY;
+  Vec16 total = {};
+  for (int64_t l = 0; l < padded; l += 16) {
+    const Vec16 e = Exp(Load(s + l) - top);
+    Store(s + l, e);
+    total += e;
+  }
+  float sum = 0.0f;
+  for (int i = 0; i < 16; ++i) sum += total[i];
+  const float inverse = 1.0f / sum;
+  for (int64_t l = 0; l < used; ++l) s[l] *= inverse;
+  ValuesPrefix(s, v, o, depth, length, used);
+}
+
+ffi::Error CacheAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
+                          ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> bias,
+                          ffi::ResultBuffer<ffi::F32> o) {
+  const auto qd = q.dimensions();
+  const auto kd = k.dimensions();
+  const auto bd = bias.dimensions();
+  const auto vd = v.dimensions();
   const auto od = o->dimensions();
-  if (cd.size() != 3 || ad.size() != 2 || od.size() != 2) {
-    return ffi::Error::InvalidArgument("t5x cache kernels take 2-D rows and a 3-D cache");
-  }
-  const int64_t groups = cd[0], depth = cd[1], length = cd[2];
-  const int64_t in = kLogits ? depth : length, out = kLogits ? length : depth;
-  if (ad[0] != groups || od[0] != groups || ad[1] != in || od[1] != out) {
+  const bool same_kv = vd.size() == 3 && vd[0] == kd[0] && vd[1] == kd[1] && vd[2] == kd[2];
+  if (qd.size() != 2 || kd.size() != 3 || !same_kv || bd.size() != 2 || od.size() != 2 ||
+      qd[0] != kd[0] || qd[1] != kd[1] || bd[0] != kd[0] || bd[1] != kd[2] || od[0] != kd[0] ||
+      od[1] != kd[1]) {
     return ffi::Error::InvalidArgument(
-        kLogits ? "t5x_cache_logits expects q [groups, depth] and s [groups, length]"
-                : "t5x_cache_values expects p [groups, length] and o [groups, depth]");
+        "t5x_cache_attention expects q [groups, depth], k and v [groups, depth, length], "
+        "bias [groups, length] and o [groups, depth]");
   }
-  const float* as = a.typed_data();
-  const float* cs = c.typed_data();
+  const int64_t depth = kd[1], length = kd[2];
+  const float *qs = q.typed_data(), *ks = k.typed_data(), *vs = v.typed_data(), *bs = bias.typed_data();
   float* os = o->typed_data();
-  ParallelFor(pool, groups, [=](int64_t first, int64_t last) {
+  ParallelFor(pool, kd[0], [=](int64_t first, int64_t last) {
+    std::unique_ptr<float[]> scores(new float[length + 16]);
     for (int64_t g = first; g < last; ++g) {
-      Group(as + g * in, cs + g * depth * length, os + g * out, depth, length);
+      GroupAttention(qs + g * depth, ks + g * depth * length, vs + g * depth * length, bs + g * length,
+                     os + g * depth, scores.get(), depth, length);
+    }
+  });
+  return ffi::Error::Success();
+}
+
+// --- t5x_pack_kernel ----------------------------------------------------------------------
+
+ffi::Error PackKernel(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> w, ffi::ResultBuffer<ffi::F32> out) {
+  const auto wd = w.dimensions();
+  const auto od = out->dimensions();
+  if (wd.size() != 2 || od.size() != 3 || od[2] != kBlock || od[1] != wd[0] ||
+      od[0] != (wd[1] + kBlock - 1) / kBlock) {
+    return ffi::Error::InvalidArgument("t5x_pack_kernel expects w [k, n] and out [ceil(n / 32), k, 32]");
+  }
+  const int64_t k = wd[0], n = wd[1];
+  const float* ws = w.typed_data();
+  float* os = out->typed_data();
+  ParallelFor(pool, od[0], [=](int64_t first, int64_t last) {
+    for (int64_t b = first; b < last; ++b) {
+      const int64_t width = std::min(kBlock, n - b * kBlock);
+      float* block = os + b * k * kBlock;
+      for (int64_t i = 0; i < k; ++i) {
+        std::copy(ws + i * n + b * kBlock, ws + i * n + b * kBlock + width, block + i * kBlock);
+        std::fill(block + i * kBlock + width, block + (i + 1) * kBlock, 0.0f);
+      }
     }
   });
   return ffi::Error::Success();
@@ -209,5 +288,17 @@ ffi::Error OverGroups(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::Buffer
                                     .Ret<ffi::Buffer<ffi::F32>>())
 
 T5X_BINARY_F32_HANDLER(T5xPackedMatmul, PackedMatmul);
-T5X_BINARY_F32_HANDLER(T5xCacheLogits, (OverGroups<GroupLogits, true>));
-T5X_BINARY_F32_HANDLER(T5xCacheValues, (OverGroups<GroupValues, false>));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(T5xCacheAttention, CacheAttention,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(T5xPackKernel, PackKernel,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
