@@ -87,6 +87,27 @@ def test_upstream_networks_build_our_models_with_module_keyword():
     assert decoder.config.num_layers == 1 and decoder.inputs_bidirectional_attention
 
 
+def test_upstream_networks_draw_their_initial_params_from_the_whole_key():
+    # Upstream's models hand module.init the key itself; the same key then gives upstream's
+    # initial parameters. Our own networks split it into params and dropout streams.
+    config = t5_network.T5Config(vocab_size=64, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
+                                 num_encoder_layers=1, num_decoder_layers=1)  # fmt: skip
+    shapes = {"encoder_input_tokens": (2, 5), "decoder_input_tokens": (2, 3)}
+    key = jax.random.PRNGKey(7)
+    enc, dec = jnp.ones((2, 5), jnp.int32), jnp.ones((2, 3), jnp.int32)
+    direct = t5_network.Transformer(config).init(key, enc, dec, dec, enable_dropout=False)["params"]
+    upstream = models.EncoderDecoderModel(module=t5_network.Transformer(config))
+    ours = models.EncoderDecoderModel(config)
+    via_model = upstream.get_initial_variables(key, shapes)["params"]
+    for got, want in zip(
+        jax.tree_util.tree_leaves(via_model), jax.tree_util.tree_leaves(direct), strict=True
+    ):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)  # one compiled program vs op by op
+    split = ours.get_initial_variables(key, shapes)["params"]
+    assert not np.array_equal(split["encoder"]["relpos_bias"]["rel_embedding"],
+                              direct["encoder"]["relpos_bias"]["rel_embedding"])  # fmt: skip
+
+
 def test_scalable_t5_config_scans_layers_by_default():
     config = scalable_network.T5Config(vocab_size=64)
     assert config.scan_layers and config.param_scan_axis == 1

@@ -60,6 +60,20 @@ def _zeros_like_shapes(tree: PyTree) -> PyTree:
     return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), tree)
 
 
+def _init_rngs(module: Any, key: jax.Array) -> Any:
+    """The rng streams ``module.init`` gets from the model's key.
+
+    Ours split the key into a ``params`` and a ``dropout`` stream. A network that
+    sets ``params_from_whole_key`` (t5x-upstream's example networks) gets the key
+    itself as its ``params`` stream, as upstream's models pass it, so the same key
+    draws upstream's initial parameters.
+    """
+    if getattr(module, "params_from_whole_key", False):
+        return key
+    params_rng, dropout_rng = jax.random.split(key)
+    return {"params": params_rng, "dropout": dropout_rng}
+
+
 def _run_init(init: Callable[[jax.Array], PyTree], rng: jax.Array) -> dict[str, PyTree]:
     """Runs ``init`` as one compiled program, cheaply compiled on CPU.
 
@@ -343,9 +357,8 @@ class EncoderDecoderModel(_TransformerModel):
         def init(key: jax.Array) -> PyTree:
             enc, dec = jnp.ones(enc_shape, enc_type), jnp.ones(dec_shape, dec_type)
             segments = {"encoder_segment_ids": enc, "decoder_segment_ids": dec} if packed else {}
-            params_rng, dropout_rng = jax.random.split(key)
             return self.module.init(
-                {"params": params_rng, "dropout": dropout_rng},
+                _init_rngs(self.module, key),
                 enc,
                 dec,
                 dec,
@@ -544,10 +557,7 @@ class DecoderOnlyModel(_TransformerModel):
 
         def init(key: jax.Array) -> PyTree:
             dec = jnp.ones(shape, dtype)
-            params_rng, dropout_rng = jax.random.split(key)
-            return self.module.init(
-                {"params": params_rng, "dropout": dropout_rng}, dec, dec, enable_dropout=False
-            )
+            return self.module.init(_init_rngs(self.module, key), dec, dec, enable_dropout=False)
 
         return _run_init(init, rng)
 

@@ -6,6 +6,7 @@ Subclasses of t5x.models' own (see ``t5x.examples.t5.network`` for why).
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from t5x import models
 from t5x.models import Decoder, DecoderLayer
@@ -18,6 +19,10 @@ class TransformerConfig(models.DecoderOnlyConfig):
 
 class DecoderWrapper(models.DecoderOnlyTransformer):
     """Upstream's ``network.DecoderWrapper(config)``: the decoder-only network."""
+
+    # The model initialises it from the whole key, as upstream's models do (the same key
+    # then draws upstream's initial parameters).
+    params_from_whole_key: ClassVar[bool] = True
 
 
 __all__ = ["Decoder", "DecoderLayer", "DecoderWrapper", "TransformerConfig"]

@@ -8,6 +8,7 @@ builds both layouts from the same config.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from t5x import models
 from t5x.models import Decoder, DecoderLayer, Encoder, EncoderLayer
@@ -35,6 +36,10 @@ class T5Config(models.T5Config):
 
 class Transformer(models.EncoderDecoderTransformer):
     """Upstream's scalable ``network.Transformer(config)``."""
+
+    # The model initialises it from the whole key, as upstream's models do (the same key
+    # then draws upstream's initial parameters).
+    params_from_whole_key: ClassVar[bool] = True
 
 
 __all__ = ["Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "T5Config", "Transformer"]

@@ -8,6 +8,7 @@ take them as their own. Parameter names and shapes are upstream's.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from t5x import models
 from t5x.models import Decoder, DecoderLayer, Encoder, EncoderLayer
@@ -20,6 +21,10 @@ class T5Config(models.T5Config):
 
 class Transformer(models.EncoderDecoderTransformer):
     """Upstream's ``network.Transformer(config)``: the encoder-decoder network."""
+
+    # The model initialises it from the whole key, as upstream's models do (the same key
+    # then draws upstream's initial parameters).
+    params_from_whole_key: ClassVar[bool] = True
 
 
 __all__ = ["Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "T5Config", "Transformer"]
