@@ -84,6 +84,20 @@ def _source(splits=("train",)):
     )
 
 
+def test_feature_given_as_none_registers_and_a_mixture_refuses_it(clean_registry):
+    feats = {"a": seqio.Feature(seqio.ByteVocabulary())}
+    seqio.TaskRegistry.add("with_a", source=_source(), preprocessors=[], output_features=feats)
+    task = seqio.TaskRegistry.add("none_feature", source=_source(), preprocessors=[],
+                                  output_features={"other": None})  # fmt: skip
+    assert task.output_features == {"other": None}  # kept as given, like seqio
+    with pytest.raises(ValueError, match="contains Tasks with different output features"):
+        seqio.MixtureRegistry.add("mixed_features", [("with_a", 1.0), ("none_feature", 1.0)])
+    # The core Task still wants a Feature object.
+    with pytest.raises(TypeError, match="'other' must be a Feature, got NoneType"):
+        core.Task("core_none", source=core.InMemoryDataSource({"train": [{"a": "x"}]}),
+                  output_features={"other": None})  # fmt: skip
+
+
 def test_task_without_output_features_and_shared_tasks_in_nested_mixtures(clean_registry):
     task = seqio.TaskRegistry.add("raw_only", source=_source(), preprocessors=[], output_features={})
     assert task.output_features == {}

@@ -126,6 +126,7 @@ class Task(_core.Task):
     """
 
     _requires_output_features = False  # seqio registers tasks without features (e.g. raw-data tasks)
+    _requires_feature_objects = False  # and features given as None (its mixtures then refuse them)
 
     def __init__(
         self,

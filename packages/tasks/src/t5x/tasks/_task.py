@@ -66,6 +66,8 @@ class Task:
 
     # seqio accepts a Task without output features (t5x.seqio's Task turns this off).
     _requires_output_features = True
+    # seqio also takes a feature given as None (t5x.seqio's Task turns this off).
+    _requires_feature_objects = True
 
     def __init__(
         self,
@@ -85,6 +87,8 @@ class Task:
         if not output_features and self._requires_output_features:
             raise ValueError(f"Task {name!r}: output_features must name at least one feature")
         for key, feature in output_features.items():
+            if feature is None and not self._requires_feature_objects:
+                continue
             if not isinstance(feature, Feature):
                 raise TypeError(
                     f"Task {name!r}: output feature {key!r} must be a Feature, got {type(feature).__name__}"
