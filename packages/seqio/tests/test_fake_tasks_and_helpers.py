@@ -85,6 +85,7 @@ def _source(splits=("train",)):
 
 
 def test_feature_given_as_none_registers_and_a_mixture_refuses_it(clean_registry):
+    """docs/differences.md row 17."""
     feats = {"a": seqio.Feature(seqio.ByteVocabulary())}
     seqio.TaskRegistry.add("with_a", source=_source(), preprocessors=[], output_features=feats)
     task = seqio.TaskRegistry.add("none_feature", source=_source(), preprocessors=[],
