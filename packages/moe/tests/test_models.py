@@ -11,6 +11,7 @@ from flax import traverse_util
 from t5x import decoding
 from t5x.models import EncoderDecoderModel
 from t5x.moe import (
+    MoeBlock,
     MoeDecoderOnlyConfig,
     MoeDecoderOnlyModel,
     MoeEncoderDecoderModel,
@@ -290,3 +291,24 @@ def test_upcycling_into_a_scanned_moe(tiny_config, dense_model, model_and_params
     np.testing.assert_array_equal(
         traverse_util.flatten_dict(upcycled)[router], traverse_util.flatten_dict(fresh)[router]
     )
+
+
+def test_routing_groups_of_whole_sequences(tiny_config):
+    # Capacity binds (0.5 of an even split), so how tokens are grouped changes who is dropped.
+    cfg = dataclasses.replace(tiny_config, eval_capacity_factor=0.5, min_expert_capacity=1)
+    x = np.random.default_rng(4).standard_normal((4, 6, cfg.emb_dim)).astype(np.float32)
+    per_sequence = MoeBlock(config=cfg)
+    params = per_sequence.init(jax.random.PRNGKey(0), x, deterministic=True)
+
+    def run(config, inputs):
+        return np.asarray(MoeBlock(config=config).apply(params, inputs, deterministic=True))
+
+    pairs = run(dataclasses.replace(cfg, sequences_per_group=2), x)
+    # A group of two sequences routes as one 12-token sequence does.
+    np.testing.assert_allclose(pairs, run(cfg, x.reshape(2, 12, -1)).reshape(x.shape), rtol=1e-6, atol=1e-6)
+    assert not np.allclose(pairs, run(cfg, x), atol=1e-4)
+    # A batch the setting does not divide (3 rows, e.g. decoding) groups gcd(2, 3) = 1 sequence.
+    np.testing.assert_allclose(run(dataclasses.replace(cfg, sequences_per_group=2), x[:3]), run(cfg, x[:3]),
+                               rtol=1e-6, atol=1e-6)  # fmt: skip
+    with pytest.raises(ValueError, match="sequences_per_group must be a positive int, got 0"):
+        dataclasses.replace(cfg, sequences_per_group=0)

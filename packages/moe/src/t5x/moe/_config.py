@@ -27,6 +27,10 @@ class MoeFields:
       eval_capacity_factor: the same for evaluation and decoding.
       min_expert_capacity: the fewest slots an expert gets per group.
       group_size: most tokens per routing group (groups are slices of one sequence).
+      sequences_per_group: when above 1, a routing group is that many whole sequences of
+        the batch instead (upstream groups tokens across the batch), or the greatest common
+        divisor of it and the batch size where the batch is not a multiple (decoding).
+        Larger groups even out the statistical imbalance that drops tokens.
       jitter_noise: at training time router inputs are scaled by
         ``uniform(1 - jitter, 1 + jitter)``; 0 disables it.
       batch_prioritized_routing: tokens-choose routing fills experts by router
@@ -45,6 +49,7 @@ class MoeFields:
     eval_capacity_factor: float = 2.0
     min_expert_capacity: int = 4
     group_size: int = 4096
+    sequences_per_group: int = 1
     jitter_noise: float = 0.0
     batch_prioritized_routing: bool = False
     expert_mlp_dim: int | None = None
@@ -61,7 +66,13 @@ class MoeFields:
 
     def _check_moe(self, stacks: dict[str, int]) -> None:
         who = type(self).__name__
-        for name in ("num_experts", "num_selected_experts", "moe_layer_period", "group_size"):
+        for name in (
+            "num_experts",
+            "num_selected_experts",
+            "moe_layer_period",
+            "group_size",
+            "sequences_per_group",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{who}.{name} must be a positive int, got {value!r}")

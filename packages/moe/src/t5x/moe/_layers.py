@@ -10,6 +10,7 @@ Parameters of one block (under the layer's ``mlp``)::
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from typing import Any
 
@@ -147,8 +148,7 @@ class MoeBlock(nn.Module):
                 f"use a multiple of {shards} experts or fewer expert partitions"
             )
         batch, length, embed = inputs.shape
-        per_group = _routing.tokens_per_group(length, cfg.group_size)
-        groups = batch * (length // per_group)
+        per_group, groups = self._groups(batch, length)
         train = not deterministic
         factor = cfg.train_capacity_factor if train else cfg.eval_capacity_factor
         capacity = _routing.expert_capacity(per_group, num_experts, factor, cfg.min_expert_capacity)
@@ -180,6 +180,15 @@ class MoeBlock(nn.Module):
         self._sow_metrics(routing, capacity)
         result = combined.reshape(batch, length, embed).astype(cfg.dtype)
         return with_sharding_constraint(result, ("batch", "length", "embed"))
+
+    def _groups(self, batch: int, length: int) -> tuple[int, int]:
+        """Tokens per routing group and the number of groups for a ``[batch, length]`` input."""
+        spans = self.config.sequences_per_group
+        if spans == 1:
+            per_group = _routing.tokens_per_group(length, self.config.group_size)
+            return per_group, batch * (length // per_group)
+        spans = math.gcd(spans, batch)  # a batch it does not divide (decoding, a last batch)
+        return spans * length, batch // spans
 
     def _sow_metrics(self, routing: _routing.Routing, capacity: int) -> None:
         groups, tokens, experts, _ = routing.dispatch.shape
