@@ -342,7 +342,15 @@ def lm_eval(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmarks (not run by CI): every tools/bench_*.py, arguments passed through."""
+    """Benchmarks (not run by CI): every tools/bench_*.py, arguments passed through.
+
+    ``nox -s bench -- --quick`` is the smoke test instead: the suite (tools/bench.py) and the
+    scaling table (tools/bench_scaling.py) in their quick modes, without peers.
+    """
     install_packages(session, *PACKAGES, extras="")
+    if session.posargs == ["--quick"]:
+        for script in ("bench.py", "bench_scaling.py"):
+            session.run("python", str(ROOT / "tools" / script), "--quick")
+        return
     for script in sorted((ROOT / "tools").glob("bench_*.py")):
         session.run("python", str(script), *session.posargs)

@@ -6,8 +6,10 @@ import argparse
 import contextlib
 import json
 import os
+import pathlib
 import subprocess
 import tempfile
+import threading
 
 from t5x.launch import user_environment
 
@@ -33,6 +35,83 @@ def add_peer_malloc_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def peak_rss_gib(pid: int | str = "self") -> float | None:
+    """A process's peak resident memory so far (``VmHWM``), in GiB; None when it cannot be read."""
+    try:
+        for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 2**20
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+_SHORT_TUNABLES = {"9223372036854775807": "max"}
+
+
+def malloc_settings(tunables: str | None) -> str:
+    """How a process allocates, from its ``GLIBC_TUNABLES``: "glibc default" or the malloc tunables set."""
+    entries = [e for e in (tunables or "").split(":") if e.startswith("glibc.malloc.") and "=" in e]
+    if not entries:
+        return "glibc default"
+    named = []
+    for entry in entries:
+        name, value = entry[len("glibc.malloc.") :].split("=", 1)
+        named.append(f"{name}={_SHORT_TUNABLES.get(value, value)}")
+    return "glibc " + ",".join(named)
+
+
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    try:
+        for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+            kids += [int(k) for k in (task / "children").read_text().split()]
+    except (OSError, ValueError):
+        pass
+    return kids
+
+
+class ProcessTreePeaks:
+    """Samples the peak resident memory of a process and all its descendants, each on its own.
+
+    Each process's ``VmHWM`` is its own high-water mark (a child's pages never count in its
+    parent's), so sampling it until shortly before the process ends gives that process's peak
+    whatever else runs beside it. ``peaks`` maps pid -> {"cmdline", "peak_gib"}.
+    """
+
+    def __init__(self, root: int, interval_s: float = 0.2) -> None:
+        self.root, self.interval_s = root, interval_s
+        self.peaks: dict[int, dict] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        todo = [self.root]
+        while todo:
+            pid = todo.pop()
+            todo += _children(pid)
+            peak = peak_rss_gib(pid)
+            if peak is None:
+                continue
+            entry = self.peaks.setdefault(pid, {"cmdline": "", "peak_gib": 0.0})
+            entry["peak_gib"] = max(entry["peak_gib"], peak)
+            with contextlib.suppress(OSError):  # re-read: a process that re-executes itself changes it
+                entry["cmdline"] = (
+                    pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                )
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> dict[int, dict]:
+        self._stop.set()
+        self._thread.join()
+        return self.peaks
+
+
 class Peer:
     """A peer script (e.g. PyTorch + transformers) running in its own interpreter.
 
@@ -53,6 +132,8 @@ class Peer:
         if "OMP_WAIT_POLICY" not in env and os.getloadavg()[0] > (os.cpu_count() or 1):
             env["OMP_WAIT_POLICY"] = "PASSIVE"
         self.omp_wait_policy = env.get("OMP_WAIT_POLICY", "default")
+        self.malloc_settings = malloc_settings(env.get("GLIBC_TUNABLES"))
+        self.peak_rss_gib: float | None = None
         self._proc = subprocess.Popen(
             [python, self._script],
             stdin=subprocess.PIPE,
@@ -72,6 +153,8 @@ class Peer:
         return json.loads(line)
 
     def close(self) -> None:
+        # Read before it quits: the peer's own peak, apart from ours (it is another process).
+        self.peak_rss_gib = peak_rss_gib(self._proc.pid)
         if self._proc.poll() is None:
             with contextlib.suppress(RuntimeError, BrokenPipeError, json.JSONDecodeError):
                 self.ask(op="quit")

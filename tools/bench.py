@@ -9,6 +9,13 @@ virtual machine's load average does not show it). `ratio` is
 always "ours is this many times faster" (ours/peer for rates, peer/ours for
 times), so > 1 means we win.
 
+Every workload also has a "peak RSS GiB" row: each side's peak resident memory (``VmHWM``)
+in its own process, sampled from ``/proc`` while the program ran, and the malloc settings
+each process ran under (from its environment: "glibc default" or the tunables set). Ours
+and the peer are always separate processes: train-step and decode run one program (and
+one peer) per model, data pipelines run each side in a child of its own, and checkpoint
+measures ours and orbax each alone in a fresh process (one save and one restore).
+
 Usage:
     python tools/bench.py [--workloads=train-step,data-lm,data-span,decode,checkpoint]
         [--peer-python hf=peers/hf/bin/python] [--peer-python seqio=peers/seqio/bin/python]
@@ -47,12 +54,13 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from _peer import add_peer_malloc_flag
+from _peer import ProcessTreePeaks, add_peer_malloc_flag, malloc_settings
 
-from t5x.launch import restart_with_malloc_defaults
+from t5x.launch import restart_with_malloc_defaults, user_environment
 
 TOOLS = pathlib.Path(__file__).resolve().parent
 WORKLOADS = ("train-step", "data-lm", "data-span", "decode", "checkpoint")
+TRAIN_STEP_WORKLOADS = ("encdec", "dec", "encdec-bf16", "dec-bf16")  # bench_train_step.py's
 # Which --peer-python name each workload compares against (None: in-process or none).
 PEER_OF = {"train-step": "hf", "data-lm": "seqio", "data-span": "seqio", "decode": "hf", "checkpoint": None}
 BUSY_FACTOR = 1.0  # a 1-minute load above this many runnable tasks per CPU is reported as busy
@@ -106,16 +114,64 @@ def stolen_share(before: list[int] | None, after: list[int] | None) -> float | N
 
 
 def _run_tool(script: str, args: list[str], log: Callable[[str], None], timeout: float) -> dict:
+    """Runs ``tools/<script>`` and returns its JSON, plus ``"memory"``: every process's peak.
+
+    ``memory`` maps each process of the run (the program itself and whatever it started:
+    peers, pipeline children) to its own peak resident memory and malloc settings, sampled
+    from ``/proc`` while it ran (see :class:`ProcessTreePeaks`).
+    """
     with tempfile.TemporaryDirectory(prefix="t5x-bench-") as tmp:
         out = pathlib.Path(tmp) / "result.json"
         command = [sys.executable, str(TOOLS / script), *args, "--json", str(out)]
         log("  $ " + " ".join(command))
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        watch = ProcessTreePeaks(proc.pid)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+        finally:
+            peaks = watch.stop()
         if proc.returncode != 0 or not out.exists():
-            raise RuntimeError(
-                f"{script} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
-            )
-        return json.loads(out.read_text())
+            raise RuntimeError(f"{script} exited {proc.returncode}:\n{stdout[-2000:]}\n{stderr[-4000:]}")
+        data = json.loads(out.read_text())
+        data["memory"] = {"root": proc.pid, "processes": peaks, "malloc": malloc_of("ours")}
+        return data
+
+
+def memory_side(data: dict, match: Callable[[int, str], bool]) -> dict | None:
+    """The largest peak among a run's processes that ``match(pid, cmdline)`` picks (None: none)."""
+    chosen = [dict(e, pid=pid) for pid, e in data["memory"]["processes"].items() if match(pid, e["cmdline"])]
+    return max(chosen, key=lambda e: e["peak_gib"]) if chosen else None
+
+
+def is_tool_process(data: dict) -> Callable[[int, str], bool]:
+    """Matches the workload program's own process (where our side runs in train-step and decode)."""
+    return lambda pid, _cmdline: pid == data["memory"]["root"]
+
+
+def is_peer_process(pid: int, cmdline: str) -> bool:
+    """Matches a :class:`_peer.Peer` process (its script's name has ``_peer_`` in it)."""
+    return "_peer_" in cmdline
+
+
+def malloc_of(side: str) -> str:
+    """The malloc settings a side's processes start with: ``ours`` (this process's, which
+    t5x-launch's defaults were added to and every program inherits), ``user`` (a peer's, as
+    its users run it) or ``orbax`` (in our interpreter)."""
+    environ = user_environment() if side == "user" else os.environ
+    return malloc_settings(environ.get("GLIBC_TUNABLES"))
+
+
+def memory_row(workload: str, config: str, ours: dict | None, peer: dict | None, peer_name: str | None,
+               load: tuple[float, float, float], peer_malloc: str = "user") -> Row:  # fmt: skip
+    """The row of each side's peak resident memory (lower is better) and its malloc settings."""
+    malloc = f"ours: {malloc_of('ours') if ours else '-'}; peer: {malloc_of(peer_malloc) if peer else '-'}"
+    row = _row(workload, config, "peak RSS GiB", ours and ours["peak_gib"], peer and peer["peak_gib"],
+               peer_name, False, load)  # fmt: skip
+    return {**row, "malloc": malloc}
 
 
 def _hf_peer_name(peer_malloc: str) -> str:
@@ -127,13 +183,21 @@ def bench_train_step(
     peer: str | None, quick: bool, load, log, timeout, peer_malloc: str = "user"
 ) -> list[Row]:
     args = ["--steps", "2" if quick else "5", "--warmup", "1"]
-    if quick:
-        args += ["--workloads", "dec"]
     if peer:
         args += ["--peer-python", peer, "--peer-malloc", peer_malloc]
-    data = _run_tool("bench_train_step.py", args, log, timeout)
     rows = []
     peer_name = _hf_peer_name(peer_malloc)
+    # One program (and one peer) per workload: a process's peak is then that workload's alone.
+    for kind in ["dec"] if quick else TRAIN_STEP_WORKLOADS:
+        data = _run_tool("bench_train_step.py", [*args, "--workloads", kind], log, timeout)
+        rows += _train_step_rows(data, peer_name, load, peer_malloc)
+    from bench_moe import moe_train_step_rows  # ENCDEC-S's Switch-style MoE twin, next to its dense twin
+
+    return rows + moe_train_step_rows(_run_tool, _row, quick, load, log, timeout)
+
+
+def _train_step_rows(data: dict, peer_name: str, load, peer_malloc: str) -> list[Row]:
+    rows = []
     for r in data["results"]:
         p = r.get("peer")
         peer_mode = " (peer: torch.autocast bf16)" if r["peak_dtype"] == "bfloat16" else ""
@@ -180,9 +244,10 @@ def bench_train_step(
                 load,
             )
         )
-    from bench_moe import moe_train_step_rows  # ENCDEC-S's Switch-style MoE twin, next to its dense twin
-
-    return rows + moe_train_step_rows(_run_tool, _row, quick, load, log, timeout)
+        peer_memory = memory_side(data, is_peer_process) if p else None
+        rows.append(memory_row("train-step", config, memory_side(data, is_tool_process(data)), peer_memory,
+                               peer_name, load, peer_malloc))  # fmt: skip
+    return rows
 
 
 def bench_data(workload: str, peer: str | None, quick: bool, load, log, timeout) -> list[Row]:
@@ -191,16 +256,21 @@ def bench_data(workload: str, peer: str | None, quick: bool, load, log, timeout)
         args += ["--docs", "2000"]
     if peer:
         args += ["--peer-python", peer]
-    summary = _run_tool("bench_data_pipeline.py", args, log, timeout)["results"][workload]
-    ours, theirs = summary["ours"], summary.get("seqio")
     config = (
         "SentencePiece 8k, packed 512, batch 8"
         if workload == "data-lm"
         else "span corruption, packed 512/114, batch 8"
     )
+    data = _run_tool("bench_data_pipeline.py", args, log, timeout)
+    summary = data["results"][workload]
+    ours, theirs = summary["ours"], summary.get("seqio")
+    # Each pipeline runs in its own child process (`--child ours` / `--child peer`), repeats included.
+    ours_memory = memory_side(data, lambda _pid, cmd: "--child ours" in cmd)
+    peer_memory = memory_side(data, lambda _pid, cmd: "--child peer" in cmd)
     return [
         _row(workload, config, "non-pad tokens/s", ours["tokens_per_s"], theirs and theirs["tokens_per_s"], "seqio", True, load),
         _row(workload, config, "first-batch s", ours["first_batch_s"], theirs and theirs["first_batch_s"], "seqio", False, load),
+        memory_row(workload, config, ours_memory, peer_memory, "seqio", load),
     ]  # fmt: skip
 
 
@@ -212,9 +282,18 @@ def bench_decode(peer: str | None, quick: bool, load, log, timeout, peer_malloc:
         args += ["--products"]
     if peer:
         args += ["--peer-python", peer, "--peer-malloc", peer_malloc]
-    data = _run_tool("bench_decode.py", args, log, timeout)
     rows = []
     peer_name = _hf_peer_name(peer_malloc)
+    # One program per model, so each process's peak is that model's (the largest of its batches).
+    for kind in ["encdec"] if quick else ["encdec", "dec"]:
+        chosen = args if quick else [*args, "--workloads", kind]
+        data = _run_tool("bench_decode.py", chosen, log, timeout)
+        rows += _decode_rows(data, peer_name, load, peer_malloc)
+    return rows
+
+
+def _decode_rows(data: dict, peer_name: str, load, peer_malloc: str) -> list[Row]:
+    rows = []
     for r in data["results"]:
         p = r.get("peer")
         kernel = "CPU kernels" if data["meta"].get("cpu_kernels") else "XLA only"
@@ -262,6 +341,14 @@ def bench_decode(peer: str | None, quick: bool, load, log, timeout, peer_malloc:
                     load_before,
                 )
             )
+    if data["results"]:
+        first = data["results"][0]
+        batches = " / ".join(str(r["batch"]) for r in data["results"])
+        config = f"{first['workload']} greedy, batch {batches} in one process ({first['prompt']} prompt)"
+        has_peer = any(r.get("peer") for r in data["results"])
+        ours = memory_side(data, is_tool_process(data))
+        theirs = memory_side(data, is_peer_process) if has_peer else None
+        rows.append(memory_row("decode", config, ours, theirs, peer_name, load, peer_malloc))
     return rows
 
 
@@ -289,6 +376,13 @@ def bench_checkpoint(peer: str | None, quick: bool, load, log, timeout) -> list[
             load,
         )
     )
+    # Each side alone in a fresh process (orbax otherwise shares ours): the state, one save, one restore.
+    sides = {}
+    for side in ("ours", "orbax") if has_orbax else ("ours",):
+        alone = _run_tool("bench_checkpoint.py", ["--memory-of", side, "--compression", "zstd"], log, timeout)
+        sides[side] = memory_side(alone, is_tool_process(alone))
+    rows.append(memory_row("checkpoint", config + ", one save + restore", sides["ours"], sides.get("orbax"),
+                           "orbax", load, "ours"))  # fmt: skip
     return rows
 
 
@@ -310,11 +404,22 @@ def _fmt(value: float | None) -> str:
 
 
 def format_table(rows: list[Row]) -> str:
-    header = ("workload", "config", "unit", "ours", "peer", "peer_name", "ratio", "load 1m", "steal")
+    header = (
+        "workload",
+        "config",
+        "unit",
+        "ours",
+        "peer",
+        "peer_name",
+        "ratio",
+        "load 1m",
+        "steal",
+        "malloc",
+    )
     cells = [
         (r["workload"], r["config"], r["unit"], _fmt(r["ours"]), _fmt(r["peer"]), r["peer_name"] or "-",
          f"{r['ratio']:.2f}x" if r["ratio"] else "-", f"{r['load'][0]:.1f}",
-         "-" if r.get("steal") is None else f"{100 * r['steal']:.0f}%")
+         "-" if r.get("steal") is None else f"{100 * r['steal']:.0f}%", r.get("malloc", ""))
         for r in rows
     ]  # fmt: skip
     widths = [max(len(str(c[i])) for c in [header, *cells]) for i in range(len(header))]

@@ -50,6 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tensorstore as ts
+from _peer import peak_rss_gib
 
 from t5x.interfaces import unflatten
 from t5x.launch import restart_with_malloc_defaults
@@ -318,6 +319,22 @@ def _cost_line(results, medians, compression, kind) -> str:
     )
 
 
+def memory_alone(side: str, compression: str, scratch: str, json_out: str | None) -> None:
+    """One save and one restore by ``side`` in this process: its peak resident memory is theirs alone."""
+    state = make_train_state()
+    if side == "ours":
+        _, _, ok = ours_save_restore(state, f"{scratch}/ours", 1, compression)
+        assert ok, "restored values differ"
+    else:
+        orbax_save_restore(state, f"{scratch}/orbax")
+    peak = peak_rss_gib()
+    print(f"{side}: peak resident memory {peak:.2f} GiB (state {_nbytes(state) / 2**30:.2f} GiB)")
+    if json_out:
+        with open(json_out, "w") as handle:
+            json.dump({"side": side, "peak_rss_gib": peak, "state_bytes": _nbytes(state)}, handle)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
 def main() -> None:
     restart_with_malloc_defaults()  # glibc malloc settings, as under t5x-launch
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -331,9 +348,18 @@ def main() -> None:
         action="store_true",
         help="only ours with and without checksums (no raw TensorStore, Orbax or async runs): more rounds per minute",
     )
+    parser.add_argument(
+        "--memory-of",
+        choices=("ours", "orbax"),
+        default=None,
+        help="only build the state and save + restore it once with this side, for its peak memory alone",
+    )
     args = parser.parse_args()
     compressions = args.compression.split(",")
     scratch = tempfile.mkdtemp(dir=args.dir, prefix="bench-ckpt-")
+    if args.memory_of:
+        memory_alone(args.memory_of, compressions[0], scratch, args.json)
+        return
     try:
         import orbax.checkpoint  # noqa: F401
 

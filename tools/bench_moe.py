@@ -12,16 +12,21 @@ capacity factor `--capacity`) and its dense twin (same widths: the MoE has more 
 parameters at about the same FLOPs per token) for STEPS Adam steps on the built-in synthetic
 problems of `synthetic_text_to_text` (byte vocabulary; `--task all` mixes the four, or name
 one), same batches and seed, and reports both cross-entropies per target token at the end
-(mean of the last 10 steps).
+(mean of the last 10 steps). `--task corpus` pretrains on `synthetic_corpus_span_corruption`
+instead and adds the validation cross entropy at quarter points. `--set FIELD=VALUE` changes
+the MoE's config (top-k, router, grouping, layer period), `--dense-mlp-dim` the dense twin's.
 
 Usage:
     python tools/bench_moe.py [--steps 5] [--warmup 1] [--quick] [--json OUT]
-    python tools/bench_moe.py --quality 400 [--task all] [--experts 8] [--capacity 2.0] [--json OUT]
+    python tools/bench_moe.py --quality 400 [--task all|corpus|NAME] [--experts 8] [--capacity 2.0]
+        [--set num_selected_experts=2 ...] [--dense-mlp-dim 1024] [--seeds 0,1,2] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
 import json
 import statistics
 import sys
@@ -135,32 +140,97 @@ def _problem_batches(task: str, steps: int, batch: int, length: int, seed: int =
     return out, vocab.vocab_size
 
 
-def quality(steps: int, task: str, experts: int, capacity: float, seed: int = 0, lr: float = 3e-3) -> dict:
+CORPUS_TASK = "synthetic_corpus_span_corruption"
+CORPUS_LENGTHS = {"inputs": 128, "targets": 32}
+
+
+def _corpus_batches(steps: int, batch: int, seed: int) -> tuple[list[dict], list[dict], int]:
+    """Train batches and the whole validation split of the built-in span-corruption task.
+
+    Read through the real pipeline: the registered Task (generated corpus, byte
+    vocabulary, T5 span corruption) and the encoder-decoder feature converter,
+    unpacked. ``seed`` sets the shuffle order (and, through the task, the noise).
+    """
+    from t5x.feature_converters import EncDecFeatureConverter
+    from t5x.tasks import get_mixture_or_task, register_builtin_tasks
+
+    register_builtin_tasks()
+    task = get_mixture_or_task(CORPUS_TASK)
+    converter = EncDecFeatureConverter(pack=False)
+
+    def read(split: str, shuffle: bool, epochs: int | None, count: int | None) -> list[dict]:
+        ds = task.get_dataset(CORPUS_LENGTHS, split=split, shuffle=shuffle, seed=seed, num_epochs=epochs)
+        ds = converter(ds, CORPUS_LENGTHS).batch(batch, drop_remainder=True)
+        if count is not None:
+            ds = ds.take(count)
+        return list(ds.as_numpy_iterator())
+
+    vocab = task.output_features["targets"].vocabulary
+    return read("train", True, None, steps), read("validation", False, 1, None), vocab.vocab_size
+
+
+def _tiny_config(vocab_size: int, experts: int, capacity: float, width: int):
+    from t5x.moe import MoeT5Config
+
+    return MoeT5Config(
+        vocab_size=vocab_size, emb_dim=width, num_heads=4, head_dim=width // 4, mlp_dim=2 * width,
+        mlp_activations=("gelu", "linear"), dropout_rate=0.0, num_encoder_layers=2, num_decoder_layers=2,
+        num_experts=experts, num_selected_experts=1, train_capacity_factor=capacity, eval_capacity_factor=2.0,
+    )  # fmt: skip
+
+
+def quality(
+    steps: int,
+    task: str,
+    experts: int,
+    capacity: float,
+    seed: int = 0,
+    lr: float = 3e-3,
+    width: int = 64,
+    moe_fields: dict | None = None,
+    dense_mlp_dim: int | None = None,
+) -> dict:
+    """Trains the tiny MoE and its dense twin on the same batches; their losses at the end.
+
+    For the synthetic problems the figure is the training cross entropy (mean of the
+    last 10 steps); for ``corpus`` (pretraining on ``synthetic_corpus_span_corruption``)
+    also the cross entropy on the whole validation split, in eval mode (the MoE's eval
+    capacity factor, no jitter).
+    """
     import jax
     import optax
 
     from t5x.models import EncoderDecoderModel
-    from t5x.moe import MoeEncoderDecoderModel, MoeT5Config, dense_twin
+    from t5x.moe import MoeEncoderDecoderModel, dense_twin
 
-    batches, vocab_size = _problem_batches(task, steps, 32, 32, seed)
-    cfg = MoeT5Config(
-        vocab_size=vocab_size, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128,
-        mlp_activations=("gelu", "linear"), dropout_rate=0.0, num_encoder_layers=2, num_decoder_layers=2,
-        num_experts=experts, num_selected_experts=1, train_capacity_factor=capacity, eval_capacity_factor=2.0,
-    )  # fmt: skip
-    name = "synthetic_text_to_text problems" if task == "all" else f"synthetic_{task}"
+    if task == "corpus":
+        batches, validation, vocab_size = _corpus_batches(steps, 32, seed)
+        name = CORPUS_TASK
+        lengths = dict(CORPUS_LENGTHS)
+    else:
+        batches, vocab_size = _problem_batches(task, steps, 32, 32, seed)
+        validation, lengths = [], {"inputs": 32, "targets": 32}
+        name = "synthetic_text_to_text problems" if task == "all" else f"synthetic_{task}"
+    cfg = dataclasses.replace(_tiny_config(vocab_size, experts, capacity, width), **(moe_fields or {}))
+    dense = dense_twin(cfg)
+    if dense_mlp_dim:
+        dense = dataclasses.replace(dense, mlp_dim=dense_mlp_dim)
     result = {
         "task": name,
         "steps": steps,
         "batch": 32,
-        "length": 32,
+        "lengths": lengths,
+        "width": width,
         "experts": experts,
         "capacity": capacity,
         "seed": seed,
         "lr": lr,
+        "moe_fields": dict(moe_fields or {}),
+        "dense_mlp_dim": dense.mlp_dim,
     }
+    flop_lengths = {"encoder_input_tokens": lengths["inputs"], "decoder_target_tokens": lengths["targets"]}
     for name, model in (
-        ("dense", EncoderDecoderModel(dense_twin(cfg))),
+        ("dense", EncoderDecoderModel(dense)),
         ("moe", MoeEncoderDecoderModel(cfg)),
     ):
         shapes = {k: v.shape for k, v in batches[0].items()}
@@ -168,40 +238,63 @@ def quality(steps: int, task: str, experts: int, capacity: float, seed: int = 0,
         opt = optax.adam(lr)
         state = opt.init(params)
 
-        @jax.jit
-        def step(params, state, batch, model=model, opt=opt):
-            (_, metrics), grads = jax.value_and_grad(model.loss_fn, has_aux=True)(params, batch, None)
-            updates, state = opt.update(grads, state, params)
-            per_token = metrics["cross_ent_loss"] / metrics["num_target_tokens"]
-            return optax.apply_updates(params, updates), state, per_token
+        def per_token(metrics):
+            return metrics["cross_ent_loss"] / metrics["num_target_tokens"]
 
-        losses = []
-        for batch in batches:
-            params, state, loss = step(params, state, batch)
+        @jax.jit
+        def step(params, state, batch, rng, model=model, opt=opt):
+            # A dropout rng puts the model in training mode: the MoE routes with its
+            # train capacity factor (dropout itself is off, rate 0).
+            grad_fn = jax.value_and_grad(model.loss_fn, has_aux=True)
+            (_, metrics), grads = grad_fn(params, batch, rng)
+            updates, state = opt.update(grads, state, params)
+            return optax.apply_updates(params, updates), state, per_token(metrics)
+
+        @jax.jit
+        def evaluate(params, batch, model=model):
+            _, metrics = model.loss_fn(params, batch, None)
+            return metrics["cross_ent_loss"], metrics["num_target_tokens"]
+
+        def validation_loss(params):
+            sums = [evaluate(params, b) for b in validation]
+            return float(sum(float(c) for c, _ in sums) / sum(float(n) for _, n in sums))
+
+        rng = jax.random.PRNGKey(seed + 1000)
+        losses, curve = [], {}
+        for i, batch in enumerate(batches, 1):
+            rng, step_rng = jax.random.split(rng)
+            params, state, loss = step(params, state, batch, step_rng)
             losses.append(float(loss))
+            if validation and i % max(1, steps // 4) == 0:
+                curve[i] = validation_loss(params)
         result[name] = {
             "params": sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(params)),
             "first_loss": losses[0],
             "final_loss": float(np.mean(losses[-10:])),
-            "flops_per_token": model.flops_per_token(
-                {"encoder_input_tokens": 32, "decoder_target_tokens": 32}
-            ),
+            "flops_per_token": model.flops_per_token(flop_lengths),
         }
+        if validation:
+            result[name]["validation_loss"] = validation_loss(params)
+            result[name]["validation_curve"] = curve
+            result[name]["validation_tokens"] = int(sum(b["decoder_loss_weights"].sum() for b in validation))
     return result
 
 
 def summarize(runs: list[dict]) -> dict:
-    """Several seeds of one setting: each run, and mean / spread (max - min) of the final losses."""
+    """Several seeds of one setting: each run, and the mean / spread (max - min) of each loss."""
     out = {k: v for k, v in runs[0].items() if k not in ("seed", "dense", "moe")}
     out["seeds"] = [r["seed"] for r in runs]
     out["runs"] = runs
-    for name in ("dense", "moe"):
-        finals = [r[name]["final_loss"] for r in runs]
-        out[f"{name}_final_mean"] = float(np.mean(finals))
-        out[f"{name}_final_spread"] = float(np.max(finals) - np.min(finals))
-    gaps = [r["moe"]["final_loss"] - r["dense"]["final_loss"] for r in runs]
-    out["moe_minus_dense"] = gaps
-    out["moe_wins"] = sum(g < 0 for g in gaps)
+    for loss in ("final_loss", "validation_loss"):
+        if loss not in runs[0]["dense"]:
+            continue
+        for name in ("dense", "moe"):
+            values = [r[name][loss] for r in runs]
+            out[f"{name}_{loss}_mean"] = float(np.mean(values))
+            out[f"{name}_{loss}_spread"] = float(np.max(values) - np.min(values))
+        gaps = [r["moe"][loss] - r["dense"][loss] for r in runs]
+        out[f"moe_minus_dense_{loss}"] = gaps
+        out[f"moe_wins_{loss}"] = sum(g < 0 for g in gaps)
     return out
 
 
@@ -209,7 +302,8 @@ def moe_train_step_rows(run_tool, make_row, quick: bool, load, log, timeout) -> 
     """tools/bench.py's train-step rows for the MoE and its dense twin (runs this file)."""
     args = ["--steps", "2" if quick else "5", "--warmup", "1"] + (["--quick"] if quick else [])
     rows = []
-    for r in run_tool("bench_moe.py", args, log, timeout)["results"]:
+    data = run_tool("bench_moe.py", args, log, timeout)
+    for r in data["results"]:
         config = f"{r['workload']} float32 ({r['tokens_per_step']} tokens/step)"
         rows.append(make_row("train-step", config, "tokens/s", r["tokens_per_s"], None, None, True, load))
         rows.append(
@@ -217,7 +311,18 @@ def moe_train_step_rows(run_tool, make_row, quick: bool, load, log, timeout) -> 
                 "train-step", config, "MFU (active params, float32 peak)", r["mfu"], None, None, True, load
             )
         )
+    memory = data.get("memory")  # tools/bench.py's peak of each process it ran
+    own = memory and memory["processes"].get(memory["root"])
+    if own:  # the MoE and its dense twin share this program's process: the larger of the two
+        config = " / ".join(r["workload"] for r in data["results"]) + " float32, one process"
+        row = make_row("train-step", config, "peak RSS GiB", own["peak_gib"], None, None, False, load)
+        rows.append({**row, "malloc": f"ours: {memory.get('malloc', '-')}"})
     return rows
+
+
+def _field_value(text: str) -> tuple[str, object]:
+    name, _, value = text.partition("=")
+    return name.strip(), ast.literal_eval(value.strip())
 
 
 def main() -> None:
@@ -227,8 +332,23 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 + 2 layers, batch 4")
     parser.add_argument("--quality", type=int, default=0, metavar="STEPS", help="MoE vs dense training run")
     parser.add_argument(
-        "--task", default="all", help="with --quality: a synthetic problem, or all four mixed"
+        "--task",
+        default="all",
+        help="with --quality: a synthetic problem, all four mixed, or corpus (span-corruption pretraining)",
     )
+    parser.add_argument(
+        "--set",
+        type=_field_value,
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="with --quality: an MoeT5Config field of the MoE (e.g. num_selected_experts=2, "
+        "router='experts_choose', sequences_per_group=32, moe_layer_period=1); repeatable",
+    )
+    parser.add_argument(
+        "--dense-mlp-dim", type=int, default=None, help="with --quality: the dense twin's MLP width"
+    )
+    parser.add_argument("--width", type=int, default=64, help="with --quality: model width (MLP 2x)")
     parser.add_argument("--experts", type=int, default=8, help="with --quality")
     parser.add_argument("--capacity", type=float, default=2.0, help="with --quality: train capacity factor")
     parser.add_argument("--lr", type=float, default=3e-3, help="with --quality: Adam learning rate")
@@ -239,7 +359,20 @@ def main() -> None:
     args = parser.parse_args()
     if args.quality:
         seeds = [int(s) for s in args.seeds.split(",")]
-        runs = [quality(args.quality, args.task, args.experts, args.capacity, s, args.lr) for s in seeds]
+        runs = [
+            quality(
+                args.quality,
+                args.task,
+                args.experts,
+                args.capacity,
+                s,
+                args.lr,
+                args.width,
+                dict(args.set),
+                args.dense_mlp_dim,
+            )
+            for s in seeds
+        ]
         data = runs[0] if len(runs) == 1 else summarize(runs)
     else:
         data = {"results": train_step(args.quick, args.steps, args.warmup)}
