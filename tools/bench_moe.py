@@ -248,7 +248,8 @@ def quality(
             grad_fn = jax.value_and_grad(model.loss_fn, has_aux=True)
             (_, metrics), grads = grad_fn(params, batch, rng)
             updates, state = opt.update(grads, state, params)
-            return optax.apply_updates(params, updates), state, per_token(metrics)
+            routing = {k: v for k, v in metrics.items() if k.startswith("experts/")}
+            return optax.apply_updates(params, updates), state, per_token(metrics), routing
 
         @jax.jit
         def evaluate(params, batch, model=model):
@@ -263,7 +264,7 @@ def quality(
         losses, curve = [], {}
         for i, batch in enumerate(batches, 1):
             rng, step_rng = jax.random.split(rng)
-            params, state, loss = step(params, state, batch, step_rng)
+            params, state, loss, routing = step(params, state, batch, step_rng)
             losses.append(float(loss))
             if validation and i % max(1, steps // 4) == 0:
                 curve[i] = validation_loss(params)
@@ -272,6 +273,7 @@ def quality(
             "first_loss": losses[0],
             "final_loss": float(np.mean(losses[-10:])),
             "flops_per_token": model.flops_per_token(flop_lengths),
+            "last_step_routing": {k: float(v) for k, v in routing.items()},  # MoE only
         }
         if validation:
             result[name]["validation_loss"] = validation_loss(params)
