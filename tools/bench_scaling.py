@@ -378,7 +378,7 @@ def write(rows: list[dict], decode: list[dict], args: argparse.Namespace) -> str
         r["load_before_peer"][0] for r in rows if "load_before_peer" in r
     ]
     meta = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(), "steps": args.steps,
+        "date": time.strftime("%Y-%m-%d", time.gmtime()), "cpus": os.cpu_count(), "steps": args.steps,
         "load_min": min(loads), "load_max": max(loads), "quick": args.quick,
         "ours_malloc": next((r["ours"]["malloc"] for r in rows if "malloc" in r["ours"]), "-"),
         "peer_malloc": malloc_settings(peer_environment("user").get("GLIBC_TUNABLES")),
