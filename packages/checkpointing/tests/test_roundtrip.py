@@ -284,3 +284,19 @@ def test_restore_names_a_target_it_cannot_read(tmp_path, where):
     ckpt.save(7, make_state())
     with pytest.raises(TypeError, match=f"{where} must be a T5X state dict .* got object"):
         ckpt.restore(**{where: object()})
+
+
+@pytest.mark.parametrize("save_dtype", [np.float32, np.float16])
+def test_save_dtype_casts_bfloat16_parameters_and_verifies(tmp_path, save_dtype):
+    # bfloat16 is not a numpy floating type: the cast (and so the recorded checksums) must still apply.
+    import jax.numpy as jnp
+
+    from t5x.checkpointing import Checkpointer, load_t5x_checkpoint
+
+    bias = np.arange(4, dtype=jnp.bfloat16).reshape(4, 1)
+    checkpointer = Checkpointer(tmp_path, save_dtype=save_dtype, async_save=False)
+    checkpointer.save(1, {"target": {"bias": bias}, "state": {"step": np.int32(1)}})
+    checkpointer.close()
+    loaded = load_t5x_checkpoint(tmp_path)["target"]["bias"]
+    assert loaded.dtype == save_dtype
+    np.testing.assert_array_equal(loaded, bias.astype(save_dtype))

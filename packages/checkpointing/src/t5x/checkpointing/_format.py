@@ -81,7 +81,9 @@ def ts_context() -> ts.Context:
 
 
 def _cast(array: np.ndarray, dtype: np.dtype | None) -> np.ndarray:
-    if dtype is None or array.dtype == dtype or not np.issubdtype(array.dtype, np.floating):
+    # jax.dtypes.issubdtype: numpy does not count bfloat16 as floating, and an uncast bfloat16
+    # host copy would be digested as bfloat16 while TensorStore stores the converted values.
+    if dtype is None or array.dtype == dtype or not jax.dtypes.issubdtype(array.dtype, np.floating):
         return array
     return array.astype(dtype)
 

@@ -21,7 +21,6 @@ UNSUPPORTED: dict[str, str] = {
     "utils.get_training_eval_datasets": "train_eval_dataset_cfg (t5x-launch builds evaluation data itself)",
     "utils.TrainStateInitializer": "nothing: t5x-launch initialises the train state itself",
     "t5x.losses": "the model's z_loss, label_smoothing and loss_normalizing_factor keywords",
-    "t5x.state_utils": "t5x-launch convert for checkpoint surgery",
     "export_lib": "nothing: model export (t5x/export.py) is not supported",
     "t5x.contrib": (
         "nothing: upstream's contrib packages (GPU recipes, ...) are not supported; for contrib/moe, t5x-moe "
