@@ -93,6 +93,7 @@ _PRIVATE_IMPORT = re.compile(r"^\s*(?:from|import)\s+t5x\.(\w+)\.(_\w+)", re.MUL
 _BENCHMARKED_INTERNALS = {
     ("tools/bench_checkpoint.py", "checkpointing._integrity"): "the checksum's cost per chunk",
     ("tools/bench_checkpoint.py", "checkpointing._specs"): "chunk shapes and compressor settings",
+    ("tools/bench_decode.py", "models._attention"): "a decoding step's attention to the KV cache alone",
     ("tools/bench_decode.py", "models._cpu_kernels"): "the CPU decode kernels one by one",
     ("tools/bench_decode.py", "models._joined"): "the joined decode kernels",
 }

@@ -278,15 +278,26 @@ def bench_decode(peer: str | None, quick: bool, load, log, timeout, peer_malloc:
     args = ["--repeats", "1" if quick else "3"]
     if quick:
         args += ["--workloads", "encdec", "--batches", "1", "--new-tokens", "16"]
-    else:
-        args += ["--products"]
     if peer:
         args += ["--peer-python", peer, "--peer-malloc", peer_malloc]
     rows = []
     peer_name = _hf_peer_name(peer_malloc)
-    # One program per model, so each process's peak is that model's (the largest of its batches).
-    for kind in ["encdec"] if quick else ["encdec", "dec"]:
-        chosen = args if quick else [*args, "--workloads", kind]
+    # One program per model and decoder family, so each process's peak is that model's
+    # (the largest of its batches): greedy with the step split at batch 8 / 1 / 32, then beam
+    # search and top-k sampling at batch 8.
+    runs = (
+        [args]
+        if quick
+        else [
+            [*args, "--workloads", kind, *extra]
+            for kind in ["encdec", "dec"]
+            for extra in (
+                ["--products", "--batches", "8,1,32"],
+                ["--methods", "beam4,topk40", "--batches", "8"],
+            )
+        ]
+    )
+    for chosen in runs:
         data = _run_tool("bench_decode.py", chosen, log, timeout)
         rows += _decode_rows(data, peer_name, load, peer_malloc)
     return rows
@@ -298,7 +309,8 @@ def _decode_rows(data: dict, peer_name: str, load, peer_malloc: str) -> list[Row
         p = r.get("peer")
         kernel = "CPU kernels" if data["meta"].get("cpu_kernels") else "XLA only"
         config = (
-            f"{r['workload']} greedy, batch {r['batch']}, {r['prompt']} prompt + {r['new_tokens']} new tokens"
+            f"{r['workload']} {r.get('method', 'greedy')}, batch {r['batch']}, {r['prompt']} prompt"
+            f" + {r['new_tokens']} new tokens"
             f" ({kernel})"
         )
         load_before = tuple(r.get("load_before", load))
@@ -341,10 +353,33 @@ def _decode_rows(data: dict, peer_name: str, load, peer_malloc: str) -> list[Row
                     load_before,
                 )
             )
+        if "split_ms" in r:
+            # Where a step's time goes, and how far it is from streaming its bytes.
+            split = r["split_ms"]
+            for part in ["step", "products", "attention", "rest", "floor"]:
+                label = {
+                    "step": "ms/token, one decoding step",
+                    "floor": "ms/token, bytes streamed / bandwidth",
+                }
+                unit = label.get(part, f"ms/token, step split: {part}")
+                rows.append(_row("decode", config, unit, split[part], None, None, False, load_before))
+            rows.append(
+                _row(
+                    "decode",
+                    config,
+                    "step / floor",
+                    split["step"] / split["floor"],
+                    None,
+                    None,
+                    False,
+                    load_before,
+                )
+            )
     if data["results"]:
         first = data["results"][0]
-        batches = " / ".join(str(r["batch"]) for r in data["results"])
-        config = f"{first['workload']} greedy, batch {batches} in one process ({first['prompt']} prompt)"
+        batches = " / ".join(sorted({str(r["batch"]) for r in data["results"]}, key=int))
+        methods = " / ".join(dict.fromkeys(r.get("method", "greedy") for r in data["results"]))
+        config = f"{first['workload']} {methods}, batch {batches} in one process ({first['prompt']} prompt)"
         has_peer = any(r.get("peer") for r in data["results"])
         ours = memory_side(data, is_tool_process(data))
         theirs = memory_side(data, is_peer_process) if has_peer else None

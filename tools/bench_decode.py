@@ -27,7 +27,16 @@ or with our glibc malloc settings under ``--peer-malloc ours``.
 through, chained in a loop of their own and nothing else (ours as a step runs them: through
 the packed CPU kernel where `t5x.models.cpu_kernels_ready()`, else XLA's products with the
 joined kernels a one-row step uses; the peer's in torch): a floor under a step, which says how
-much of a step is the products and how much the rest (attention, the cache, norms).
+much of a step is the products and how much the rest (attention, the cache, norms). For
+greedy rows it splits a step (the call less a call with one new token, over the new tokens
+but one) into those products, attention alone (`attention_alone`: every layer's cache read
+through the same attention a step calls) and the rest, and sets it against its floor: the
+bytes a step streams (float32 weights, the visible keys and values) at the read bandwidth
+this process measured (`read_bandwidth`).
+
+``--methods greedy,beam4,topk40`` times beam search (4 beams, length penalty 0.6; HF
+``num_beams=4, length_penalty=0.6``) and top-k sampling (k 40, temperature 1; HF
+``do_sample=True, top_k=40``) on both sides too; tokens/s count one output per example.
 
 Decoding steps run on t5x.models' CPU kernels (weights packed once per call, the KV cache
 streamed) where they build; ``T5X_CPU_KERNELS=0`` times XLA's products alone. The header
@@ -37,7 +46,8 @@ line and the JSON (``meta.cpu_kernels``) say which ran.
 top-k, top-p and beam search, and a bare ``fori_loop`` ``floor``. Usage:
 
     python tools/bench_decode.py [--workloads encdec,dec] [--batches 8,1] [--repeats 3]
-        [--peer-python peers/hf/bin/python] [--peer-malloc user|ours] [--products] [--json OUT]
+        [--methods greedy,beam4,topk40] [--peer-python peers/hf/bin/python]
+        [--peer-malloc user|ours] [--products] [--json OUT]
 """
 
 from __future__ import annotations
@@ -67,6 +77,7 @@ from t5x.models import (
     T5Config,
     cpu_kernels_ready,
 )
+from t5x.models._attention import _attend_to_cache
 from t5x.models._cpu_kernels import pack_kernel, packed_matmul
 from t5x.models._joined import join_decode_kernels
 
@@ -120,9 +131,12 @@ for line in sys.stdin:
         g = torch.Generator().manual_seed(0)
         ids = torch.randint(2, VOCAB, (batch, prompt), generator=g)
         # generate() returns the decoder start token (T5) or the prompt (Llama) before the new tokens.
+        search = {"greedy": dict(do_sample=False, num_beams=1),
+                  "beam4": dict(do_sample=False, num_beams=4, length_penalty=0.6, early_stopping=False),
+                  "topk40": dict(do_sample=True, top_k=40, top_p=1.0, temperature=1.0, num_beams=1)}[cmd["method"]]
         state.update(model=m, inputs={"input_ids": ids, "attention_mask": torch.ones_like(ids)},
                      prefix=1 if kind == "encdec" else prompt,
-                     config=GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=new, min_new_tokens=new,
+                     config=GenerationConfig(**search, max_new_tokens=new, min_new_tokens=new,
                                              eos_token_id=1, pad_token_id=0, decoder_start_token_id=0))
         s, n = generate()
         reply({"first_s": s, "new_tokens": n, "threads": torch.get_num_threads(),
@@ -214,8 +228,109 @@ def products_alone(shapes: list[tuple[int, int]], rows: int, steps: int, repeats
     return median_seconds(lambda: jax.block_until_ready(run(x)), repeats) / steps
 
 
-def build(kind: str, batch: int, prompt: int, new: int) -> tuple[object, dict]:
-    """Returns (model, features) for greedy decoding of ``new`` tokens per row."""
+# Method -> (decode_fn, decoder_params, num_decodes); HF's equivalents are in PEER_SCRIPT.
+METHODS = {
+    "greedy": (decoding.temperature_sample, {"temperature": 0.0}, 1),
+    "beam4": (decoding.beam_search, {"alpha": 0.6}, 4),
+    "topk40": (decoding.temperature_sample, {"temperature": 1.0, "topk": 40}, 1),
+}
+
+
+def _summed_bandwidth(gib: float, repeats: int) -> float:
+    array = jnp.ones((int(gib * 2**28),), jnp.float32)
+    total = jax.jit(jnp.sum)
+    return array.nbytes / median_seconds(lambda: jax.block_until_ready(total(array)), repeats)
+
+
+def read_bandwidth(gib: float = 1.0, repeats: int = 5) -> float:
+    """The fastest this process streams memory, in bytes per second: the better of two probes.
+
+    XLA summing a ``gib`` GiB float32 array (median of ``repeats``), and one row through
+    ``gib / 2`` GiB of weight products as a step runs them (`products_alone`: far beyond any
+    L3 cache, so nothing is reused between steps), which often reads faster than the sum.
+    """
+    summed = _summed_bandwidth(gib, repeats)
+    shapes = [(512, 32768)] * int(gib * 8)  # 64 MiB each
+    streamed = sum(k * n * 4 for k, n in shapes) / products_alone(shapes, 1, 4, 3, _kernels_on())
+    return max(summed, streamed)
+
+
+def cache_geometry(kind: str, prompt: int, new: int) -> tuple[int, int, int, int]:
+    """``(layers, self-attention cache length, first generated position, cross-attention length)``."""
+    if kind == "dec":
+        return 12, prompt - 1 + new, prompt - 1, 0
+    return 6, new, 0, prompt
+
+
+def attention_alone(kind: str, batch: int, prompt: int, new: int, repeats: int = 3) -> float:
+    """Seconds per step of ``new`` steps that only attend, as a step does, to every layer's cache.
+
+    Each layer's self-attention reads its own cache up to the step's position (the rest masked),
+    and in ENCDEC-S its cross-attention reads the encoder's ``prompt`` keys and values, through
+    the same `_attend_to_cache` a decoding step calls (the fused CPU kernel where it runs).
+    """
+    layers, length, first, cross = cache_geometry(kind, prompt, new)
+    keys = iter(jax.random.split(jax.random.PRNGKey(2), 4 * layers))
+    shape = (batch, HEADS, HEAD_DIM)
+    # One buffer per layer and role, as in the model: slices of one stacked array would be
+    # copied out for the kernel at every step.
+    caches = tuple(
+        tuple(jax.random.normal(next(keys), (*shape, n)) * 0.1 for n in (length, length, cross, cross))
+        for _ in range(layers)
+    )
+    kernels = _kernels_on()
+
+    def attend(query, key, value, bias):
+        return _attend_to_cache(query, key, value, bias, jnp.float32, True, None, kernels)
+
+    def step(i, carry):
+        query, caches = carry
+        bias = jnp.where(jnp.arange(length) <= first + i, 0.0, -1e10)[None, None, None, :]
+        for self_k, self_v, cross_k, cross_v in caches:
+            query = query + 1e-3 * attend(query, self_k, self_v, bias)
+            if cross:
+                query = query + 1e-3 * attend(query, cross_k, cross_v, None)
+        return query, caches
+
+    run = jax.jit(lambda q, c: jax.lax.fori_loop(0, new, step, (q, c))[0])
+    query = jnp.ones((batch, 1, HEADS, HEAD_DIM), jnp.float32)
+    return median_seconds(lambda: jax.block_until_ready(run(query, caches)), repeats) / new
+
+
+def step_split(kind: str, model, params, batch: int, args, call_s: float, kernel_shapes) -> dict:
+    """A greedy step's time, split into weight products / attention / the rest, and its floor.
+
+    The step is ``(call - call with one new token) / (new tokens - 1)``, so the encoder or the
+    prompt's prefill drops out. Bytes streamed per step: every product's float32 weights, and
+    the keys and values the attention reads (the visible part, half the new tokens on average);
+    the floor is those bytes at XLA's measured read bandwidth.
+    """
+    short, arrays = build(kind, batch, args.prompt, 1)
+    features = {k: jnp.asarray(v) for k, v in arrays.items()}
+    compiled, _ = compile_predict(short, params, features, "greedy")
+    jax.block_until_ready(compiled(params, features, jax.random.PRNGKey(0)))
+    one_step_s = median_seconds(
+        lambda: jax.block_until_ready(compiled(params, features, jax.random.PRNGKey(0))), 3
+    )
+    step_s = (call_s - one_step_s) / max(args.new_tokens - 1, 1)
+    layers, _, first, cross = cache_geometry(kind, args.prompt, args.new_tokens)
+    visible = first + (args.new_tokens + 1) / 2 + cross
+    cache_bytes = layers * 2 * batch * HEADS * HEAD_DIM * visible * 4
+    weight_bytes = sum(k * n * 4 for k, n in kernel_shapes)
+    bandwidth = read_bandwidth()
+    return {
+        "step_s": step_s,
+        "one_new_token_call_s": one_step_s,
+        "attention_s_per_step": attention_alone(kind, batch, args.prompt, args.new_tokens),
+        "bytes_per_step": weight_bytes + cache_bytes,
+        "read_bandwidth_gb_s": bandwidth / 1e9,
+        "floor_s_per_step": (weight_bytes + cache_bytes) / bandwidth,
+    }
+
+
+def build(kind: str, batch: int, prompt: int, new: int, method: str = "greedy") -> tuple[object, dict]:
+    """Returns (model, features) for decoding ``new`` tokens per row with ``method``."""
+    decode_fn = METHODS[method][0]
     rng = np.random.default_rng(0)
     common = dict(
         vocab_size=VOCAB, emb_dim=D, num_heads=HEADS, head_dim=HEAD_DIM, mlp_dim=MLP,
@@ -225,7 +340,7 @@ def build(kind: str, batch: int, prompt: int, new: int) -> tuple[object, dict]:
         model = EncoderDecoderModel(
             T5Config(num_encoder_layers=6, num_decoder_layers=6, **common),
             output_vocabulary=_NoEos(),
-            decode_fn=decoding.temperature_sample,
+            decode_fn=decode_fn,
             cpu_kernels=_cpu_kernels(),
         )
         return model, {
@@ -233,7 +348,10 @@ def build(kind: str, batch: int, prompt: int, new: int) -> tuple[object, dict]:
             "decoder_input_tokens": np.zeros((batch, new), np.int32),
         }
     model = DecoderOnlyModel(
-        DecoderOnlyConfig(num_layers=12, **common), vocabulary=_NoEos(), cpu_kernels=_cpu_kernels()
+        DecoderOnlyConfig(num_layers=12, **common),
+        vocabulary=_NoEos(),
+        decode_fn=decode_fn,
+        cpu_kernels=_cpu_kernels(),
     )
     # Position 0 is BOS, 1..prompt-1 the prompt; the cache holds prompt - 1 + new positions and
     # the continuation fills the last `new` of them.
@@ -244,36 +362,54 @@ def build(kind: str, batch: int, prompt: int, new: int) -> tuple[object, dict]:
     return model, {"decoder_input_tokens": tokens, "decoder_causal_attention": causal}
 
 
-def run_model(kind: str, batch: int, args: argparse.Namespace, peer: Peer | None) -> dict:
-    model, features = build(kind, batch, args.prompt, args.new_tokens)
+def compile_predict(model, params, features: dict, method: str):
+    """``predict_batch_with_aux`` with ``method``'s decoder, compiled: ``(call(params, features, rng), seconds)``."""
+    _, decoder_params, num_decodes = METHODS[method]
+    sampling = method.startswith("top")
+
+    def predict(params, features, rng):
+        return model.predict_batch_with_aux(
+            params,
+            features,
+            rng=rng if sampling else None,
+            decoder_params=dict(decoder_params),
+            num_decodes=num_decodes,
+        )[0]
+
+    start = time.perf_counter()
+    compiled = jax.jit(predict).lower(params, features, jax.random.PRNGKey(0)).compile()
+    return compiled, time.perf_counter() - start
+
+
+def run_model(
+    kind: str, batch: int, args: argparse.Namespace, peer: Peer | None, method: str = "greedy"
+) -> dict:
+    model, features = build(kind, batch, args.prompt, args.new_tokens, method)
     shapes = {k: v.shape for k, v in features.items()}
     params = model.get_initial_variables(jax.random.PRNGKey(0), shapes)["params"]
     features = {k: jnp.asarray(v) for k, v in features.items()}
-
-    def predict(params, features):
-        return model.predict_batch_with_aux(params, features, decoder_params={"temperature": 0.0})[0]
-
-    start = time.perf_counter()
-    compiled = jax.jit(predict).lower(params, features).compile()
-    compile_s = time.perf_counter() - start
-    decodes = np.asarray(compiled(params, features))  # warm-up
+    compiled, compile_s = compile_predict(model, params, features, method)
+    decodes = np.asarray(compiled(params, features, jax.random.PRNGKey(0)))  # warm-up
     # Continuations are left-aligned: the first `new_tokens` positions of each row are generated.
     new_tokens = decodes.shape[1] if kind == "encdec" else args.new_tokens
     peer_info = None
     if peer is not None:
-        peer_info = peer.ask(op="setup", kind=kind, batch=batch, prompt=args.prompt, new=args.new_tokens)
+        peer_info = peer.ask(
+            op="setup", kind=kind, batch=batch, prompt=args.prompt, new=args.new_tokens, method=method
+        )
         if peer_info["new_tokens"] != args.new_tokens:
             raise RuntimeError(
                 f"peer generated {peer_info['new_tokens']} tokens per row, not {args.new_tokens}"
             )
     ours, theirs = [], []
-    for _ in range(args.repeats):
+    for i in range(args.repeats):
         start = time.perf_counter()
-        jax.block_until_ready(compiled(params, features))
+        jax.block_until_ready(compiled(params, features, jax.random.PRNGKey(i)))
         ours.append(time.perf_counter() - start)
         if peer is not None:
             theirs.append(peer.ask(op="run")["s"])
-    if args.products:
+    split = args.products and method == "greedy"
+    if split:
         rows, packed = batch, model.step_kernels(params, batch) == "packed"
         shapes = step_kernel_shapes(params, joined=rows == 1 and not packed)
         ours_products = products_alone(shapes, rows, args.new_tokens, 3, packed)
@@ -290,6 +426,7 @@ def run_model(kind: str, batch: int, args: argparse.Namespace, peer: Peer | None
     median = statistics.median(ours)
     result = {
         "workload": NAMES[kind],
+        "method": method,
         "batch": batch,
         "prompt": args.prompt,
         "new_tokens": new_tokens,
@@ -298,8 +435,12 @@ def run_model(kind: str, batch: int, args: argparse.Namespace, peer: Peer | None
         "tokens_per_s": tokens / median,
         "times_s": ours,
     }
-    if args.products:
+    if split:
         result["products_s_per_step"] = ours_products
+        result.update(step_split(kind, model, params, batch, args, median, shapes))
+        if result["step_s"] > result["products_s_per_step"]:
+            result["split_ms"] = split_ms(result)
+        # else the two calls' difference drowned in noise (a busy machine): no split to report
     if peer_info is not None:
         peer_median = statistics.median(theirs)
         result["peer"] = {
@@ -312,7 +453,7 @@ def run_model(kind: str, batch: int, args: argparse.Namespace, peer: Peer | None
             "malloc": peer.malloc,
             "params": peer_info["params"],
         }
-        if args.products:
+        if split:
             result["peer"]["products_s_per_step"] = theirs_products["s_per_step"]
         result["ratio"] = peer_median / median
     return result
@@ -426,24 +567,46 @@ def measure_toy(decoder: str, batch: int, args, model) -> dict:
 
 
 def _print_models(results: list[dict]) -> None:
-    header = f"{'workload':9} {'batch':>5} {'impl':8} {'run s':>8} {'tokens/s':>9} {'compile s':>10} {'ours/peer':>9}"
+    header = f"{'workload':9} {'method':7} {'batch':>5} {'impl':8} {'run s':>8} {'tokens/s':>9} {'compile s':>10} {'ours/peer':>9}"
     print(header)
     print("-" * len(header))
     for r in results:
         print(
-            f"{r['workload']:9} {r['batch']:>5} {'ours':8} {r['median_s']:8.3f} {r['tokens_per_s']:9.1f}"
+            f"{r['workload']:9} {r['method']:7} {r['batch']:>5} {'ours':8} {r['median_s']:8.3f} {r['tokens_per_s']:9.1f}"
             f" {r['compile_s']:10.1f}"
         )
         if "peer" in r:
             p = r["peer"]
             print(
-                f"{'':9} {'':>5} {'HF-torch':8} {p['median_s']:8.3f} {p['tokens_per_s']:9.1f}"
+                f"{'':9} {'':7} {'':>5} {'HF-torch':8} {p['median_s']:8.3f} {p['tokens_per_s']:9.1f}"
                 f" {p['first_call_s']:10.1f} {r['ratio']:8.2f}x"
             )
         if "products_s_per_step" in r:
             theirs = r.get("peer", {}).get("products_s_per_step")
-            line = f"{'':9} {'':>5} weight products alone: ours {r['products_s_per_step'] * 1e3:.2f} ms/token"
+            line = f"{'':15} weight products alone: ours {r['products_s_per_step'] * 1e3:.2f} ms/token"
             print(line + (f", torch {theirs * 1e3:.2f} ms/token" if theirs is not None else ""))
+        if "split_ms" in r:
+            split = r["split_ms"]
+            print(
+                f"{'':15} step {split['step']:.2f} ms = products {split['products']:.2f} + attention "
+                f"{split['attention']:.2f} + rest {split['rest']:.2f}; floor {split['floor']:.2f} ms "
+                f"({r['bytes_per_step'] / 1e6:.0f} MB at {r['read_bandwidth_gb_s']:.1f} GB/s), "
+                f"step / floor {split['step'] / split['floor']:.2f}x"
+            )
+
+
+def split_ms(result: dict) -> dict[str, float]:
+    """A result's step split in ms: step, products, attention, rest (what neither explains) and floor."""
+    step = result["step_s"] * 1e3
+    products = result["products_s_per_step"] * 1e3
+    attention = result["attention_s_per_step"] * 1e3
+    return {
+        "step": step,
+        "products": products,
+        "attention": attention,
+        "rest": step - products - attention,
+        "floor": result["floor_s_per_step"] * 1e3,
+    }
 
 
 def _print_toy(results: list[dict]) -> None:
@@ -470,6 +633,9 @@ def main() -> None:
         help="input (ENCDEC-S) or prompt (DEC-S) tokens",
     )
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument(
+        "--methods", default="greedy", help=f"encdec / dec: comma-separated decoders from {list(METHODS)}"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--peer-python", default=None, help="interpreter with torch + transformers")
     add_peer_malloc_flag(parser)
@@ -491,6 +657,10 @@ def main() -> None:
         parser.error(f"--prompt >= 2, --new-tokens >= 1, --repeats >= 1 wanted, got {args.prompt}, "
                      f"{args.new_tokens}, {args.repeats}")  # fmt: skip
     batches = [int(b) for b in args.batches.split(",")]
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    for m in methods:
+        if m not in METHODS:
+            parser.error(f"unknown --methods entry {m!r}; choose from {list(METHODS)}")
     loads, results, toy = [], [], []
     peer = (
         Peer(args.peer_python, PEER_SCRIPT, "decode", args.peer_malloc)
@@ -505,14 +675,18 @@ def main() -> None:
                     model = make_model(args.vocab, args.dim)
                     toy += [measure_toy(d, batch, args, model) for d in args.decoders.split(",")]
                 else:
-                    results.append(dict(run_model(kind, batch, args, peer), load_before=loads[-1]))
+                    for method in methods:
+                        loads.append(os.getloadavg())
+                        results.append(
+                            dict(run_model(kind, batch, args, peer, method), load_before=loads[-1])
+                        )
     finally:
         if peer is not None:
             peer.close()
     load = os.getloadavg()
     device = jax.devices()[0]
     print(
-        f"decode, greedy, {args.new_tokens} new tokens, float32, {device.platform} ({platform.machine()}), "
+        f"decode, {'/'.join(methods)}, {args.new_tokens} new tokens, float32, {device.platform} ({platform.machine()}), "
         f"jax {jax.__version__}, median of {args.repeats}; load average before "
         f"{max(x[0] for x in loads):.2f} (max 1-min), now {tuple(round(x, 2) for x in load)}; "
         f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; CPU kernels: "
