@@ -356,25 +356,15 @@ def _decode_rows(data: dict, peer_name: str, load, peer_malloc: str) -> list[Row
         if "split_ms" in r:
             # Where a step's time goes, and how far it is from streaming its bytes.
             split = r["split_ms"]
-            for part in ["step", "products", "attention", "rest", "floor"]:
-                label = {
-                    "step": "ms/token, one decoding step",
-                    "floor": "ms/token, bytes streamed / bandwidth",
-                }
-                unit = label.get(part, f"ms/token, step split: {part}")
+            units = {
+                "step": "ms/token, one decoding step",
+                **{part: f"ms/token, step split: {part}" for part in ["products", "attention", "rest"]},
+                "floor": "ms/token, bytes streamed / bandwidth",
+            }
+            for part, unit in units.items():
                 rows.append(_row("decode", config, unit, split[part], None, None, False, load_before))
-            rows.append(
-                _row(
-                    "decode",
-                    config,
-                    "step / floor",
-                    split["step"] / split["floor"],
-                    None,
-                    None,
-                    False,
-                    load_before,
-                )
-            )
+            ratio = split["step"] / split["floor"]
+            rows.append(_row("decode", config, "step / floor", ratio, None, None, False, load_before))
     if data["results"]:
         first = data["results"][0]
         batches = " / ".join(sorted({str(r["batch"]) for r in data["results"]}, key=int))

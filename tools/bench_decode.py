@@ -437,7 +437,8 @@ def run_model(
     }
     if split:
         result["products_s_per_step"] = ours_products
-        result.update(step_split(kind, model, params, batch, args, median, shapes))
+        unjoined = step_kernel_shapes(params, joined=False)
+        result.update(step_split(kind, model, params, batch, args, median, unjoined))
         if result["step_s"] > result["products_s_per_step"]:
             result["split_ms"] = split_ms(result)
         # else the two calls' difference drowned in noise (a busy machine): no split to report

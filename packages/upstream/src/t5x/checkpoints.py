@@ -290,18 +290,9 @@ class Checkpointer:
           ValueError: no checkpoint there, a shape differs from the train
             state's, or a key is in neither the checkpoint nor fallback_state.
         """
-        if path is not None:
-            index = find_checkpoint(path, step)
-        else:
-            if step is None:
-                step = self.latest_step()
-                if step is None:
-                    raise ValueError(f"No checkpoint to restore in {self.checkpoints_dir}")
-            index = os.path.join(get_checkpoint_dir(self.checkpoints_dir, step), _INDEX)
-            if not os.path.isfile(index):
-                raise ValueError(
-                    f"No checkpoint for step {step} in {self.checkpoints_dir}: {self.all_steps()}"
-                )
+        if path is None and step is None and self.latest_step() is None:
+            raise ValueError(f"No checkpoint to restore in {self.checkpoints_dir}")
+        index = find_checkpoint(self.checkpoints_dir if path is None else path, step)
         step_dir = os.path.dirname(index)
         restored = load_t5x_checkpoint(step_dir, lazy=lazy_parameters)
         wanted = self._train_state.state_dict()

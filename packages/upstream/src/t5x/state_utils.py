@@ -10,29 +10,17 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flax import traverse_util
 
-def flatten_state_dict(state_dict: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+
+def flatten_state_dict(state_dict: Mapping[str, Any]) -> dict[str, Any]:
     """``{"a": {"b": x}}`` -> ``{"a/b": x}``; empty mappings disappear."""
-    flat: dict[str, Any] = {}
-    for key, value in state_dict.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten_state_dict(value, name + "/"))
-        else:
-            flat[name] = value
-    return flat
+    return traverse_util.flatten_dict(dict(state_dict), sep="/")
 
 
 def unflatten_state_dict(flat: Mapping[str, Any]) -> dict[str, Any]:
     """The inverse of :func:`flatten_state_dict`."""
-    nested: dict[str, Any] = {}
-    for name, value in flat.items():
-        node = nested
-        *parents, last = name.split("/")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return nested
+    return traverse_util.unflatten_dict(dict(flat), sep="/")
 
 
 def apply_assignment_map(
