@@ -80,12 +80,18 @@ def test_local_chunker_refuses_a_process_scattered_over_the_mesh():
 
 def test_local_chunk_info_checks_its_arguments():
     chunker = tp.LocalChunker(_two_process_mesh(), process_index=0)
-    with pytest.raises(ValueError, match="one entry per dimension"):
-        chunker.get_local_chunk_info((8, 6), ["data"])
+    with pytest.raises(ValueError, match="more entries than shape"):
+        chunker.get_local_chunk_info((8,), ["data", None])
     with pytest.raises(ValueError, match=r"\['replica'\] are not in the mesh axes"):
         chunker.get_local_chunk_info((8,), ["replica"])
-    with pytest.raises(ValueError, match="size 7 does not split into 2 chunks"):
-        chunker.get_local_chunk_info((7,), ["data"])
+
+
+def test_local_chunk_info_reads_short_axes_as_upstream():
+    # As a PartitionSpec: dimensions past the axes are whole; a split rounds down.
+    chunker = tp.LocalChunker(_two_process_mesh(), process_index=1)
+    info = chunker.get_local_chunk_info((8, 6), ["data"])
+    assert info.slice == (slice(4, 8), slice(None))
+    assert chunker.get_local_chunk_info((7,), ["data"]).slice == (slice(3, 6),)
 
 
 def test_update_logical_axis_rules_replaces_in_place_and_appends_new_names():
@@ -105,3 +111,72 @@ def test_standard_rules_put_additional_rules_last():
 
 def test_partition_spec_is_jax_s():
     assert tp.PartitionSpec is PartitionSpec
+
+
+def _four_host_tpus():
+    """A 4x4x1 chip grid, 2 cores per chip, each of 4 hosts owning a 2x2x1 block."""
+    devices = []
+    for x, y, c in itertools.product(range(4), range(4), range(2)):
+        host = (x // 2) * 2 + (y // 2)
+        devices.append(FakeTpu(id=len(devices), process_index=host, coords=(x, y, 0), core_on_chip=c))
+    return devices
+
+
+def test_get_mesh_takes_upstreams_device_keywords():
+    devices = _four_host_tpus()
+    local = [d for d in devices if d.process_index == 2]
+    by_keywords = tp.get_mesh((1, 1, 1, 2), input_devices=devices, input_local_devices=local)
+    assert by_keywords.devices.tolist() == tp.get_mesh((1, 1, 1, 2), devices=devices).devices.tolist()
+    assert dict(by_keywords.shape) == {"data": 16, "model": 2}
+    with pytest.raises(ValueError, match="not both"):
+        tp.get_mesh((1, 1, 1, 2), input_devices=devices, devices=devices)
+
+
+class _Partitioner(tp.BasePartitioner):
+    def __init__(self, process, **kwargs):
+        super().__init__(**kwargs)
+        self._the_mesh = tp.get_mesh((1, 1, 1, 2), input_devices=_four_host_tpus())
+        self._chunker = tp.LocalChunker(self._the_mesh, process_index=process)
+
+    @property
+    def _mesh(self):
+        return self._the_mesh
+
+    @property
+    def _local_chunker(self):
+        return self._chunker
+
+    def get_mesh_axes(self, train_state):
+        return None
+
+    def partition(self, fn, in_axis_resources, out_axis_resources, static_argnums=(), donate_argnums=()):
+        return fn
+
+    def compile(self, partitioned_fn, *args):
+        return partitioned_fn
+
+
+@pytest.mark.parametrize("process", [0, 3])
+def test_base_partitioner_derives_the_data_layout_from_its_mesh(process):
+    partitioner = _Partitioner(process, num_partitions=2)
+    assert partitioner.mesh is partitioner._mesh
+    assert partitioner.data_partition_spec == PartitionSpec("data")
+    assert partitioner.data_mesh_size == 16 and partitioner.data_shards == 4
+    layout = partitioner.get_data_layout(32)
+    assert (layout.batch_size, layout.shard_id, layout.num_shards) == (32, process, 4)
+    assert layout.is_first_host_in_replica_set
+    assert partitioner.get_local_chunk_info((8, 2), ["data"]).slice == (
+        slice(2 * process, 2 * process + 2),
+        slice(None),
+    )
+    with pytest.raises(ValueError, match="not divisible by the data mesh size 16"):
+        partitioner.get_data_layout(24)
+
+
+def test_base_partitioner_needs_a_model_parallel_size_and_its_methods():
+    with pytest.raises(ValueError, match="num_partitions or model_parallel_submesh"):
+        _Partitioner(0)
+    with pytest.raises(ValueError, match="4 entries"):
+        _Partitioner(0, model_parallel_submesh=(1, 2))
+    with pytest.raises(TypeError, match="abstract"):
+        tp.BasePartitioner(num_partitions=1)

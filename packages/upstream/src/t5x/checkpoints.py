@@ -4,29 +4,41 @@
 restores upstream train state objects (anything with ``state_dict()`` and
 ``restore_state()``, e.g. ``t5x.train_state.FlaxOptimTrainState``) in upstream's
 layout: ``checkpoints_dir/checkpoint_<step>/checkpoint`` (msgpack index) plus
-TensorStore zarr arrays, written with gzip as upstream does. The files are
-written by ``t5x.checkpointing.Checkpointer``; this module adapts the calling
-convention (the step comes from the train state, restore returns a train
-state, dataset iterators are checkpointed beside the arrays).
+TensorStore zarr arrays, written with gzip as upstream does, with this
+project's checksum manifest beside them.
 
-Every process restores whole arrays: the partitioner is kept for upstream's
-signature, but per-host slicing is left to the caller's sharding.
+Two protocols, chosen by the partitioner:
+
+* a ``t5x.partitioning.BasePartitioner`` with ``use_gda=False`` (upstream's
+  host-local protocol): the train state holds each process's numpy chunk of
+  every partitioned array (``partitioner.get_local_chunk_info``); each process
+  writes its chunks, process 0 writes the index and renames the step folder,
+  and ``restore`` returns each process's chunks of the restoring mesh;
+* anything else (e.g. ``t5x.partitioning.PjitPartitioner``): the leaves are
+  whole (or global ``jax.Array``) values, saved and restored whole by
+  ``t5x.checkpointing.Checkpointer``.
+
 ``SaveBestCheckpointer`` and ``CheckpointManager`` remain names gin binds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import jax
 import numpy as np
+import tensorstore as ts
+from flax import serialization, traverse_util
+from jax.experimental import multihost_utils
 
-from t5x import checkpointing
-from t5x.checkpointing import LazyArray, load_t5x_checkpoint
+from t5x import checkpointing, partitioning
+from t5x.checkpointing import LazyArray
 
 # The index format version upstream writes and this package reads.
 VERSION = 3
@@ -100,6 +112,51 @@ def find_checkpoint(path: str, step: int | None = None) -> str:
     raise ValueError(f"Path is not a valid T5X checkpoint: {path} does not exist")
 
 
+# Upstream's chunk target: 64 MiB of elements of the stored dtype.
+_DESIRED_CHUNK_BYTES = 64 * 1024 * 1024
+
+
+def _choose_chunk_shape(write_shape: Sequence[int], target_elements: int) -> list[int]:
+    """The largest chunk of at most ``target_elements`` that evenly tiles ``write_shape``."""
+    return checkpointing.choose_chunk_shape(write_shape, 1, int(target_elements))
+
+
+def load_t5x_checkpoint(
+    path: str,
+    step: int | None = None,
+    state_transformation_fns: Sequence[StateTransformation] = (),
+    remap: bool = True,
+    restore_dtype: Any = None,
+    lazy_parameters: bool = False,
+    use_gda: bool = True,
+) -> dict[str, Any]:
+    """A checkpoint's whole state dict, without a train state (upstream's keywords).
+
+    ``state_transformation_fns`` are applied in turn as ``fn(state_dict, {})``;
+    ``lazy_parameters`` gives ``LazyArray`` leaves (``.get()`` reads one);
+    ``remap`` and ``use_gda`` are accepted for upstream's signature.
+    """
+    del remap, use_gda
+    state = checkpointing.load_t5x_checkpoint(path, step, restore_dtype, lazy=lazy_parameters)
+    state = _with_unused_slots(state, find_checkpoint(path, step))
+    for fn in state_transformation_fns:
+        state = dict(fn(state, {}))
+    return state
+
+
+def _with_unused_slots(state: dict[str, Any], index: str) -> dict[str, Any]:
+    """``state`` with the None leaves of the index (unused optimizer slots) put back, as upstream returns them."""
+    with open(index, "rb") as handle:
+        contents = serialization.msgpack_restore(handle.read())
+    tree = contents.get("optimizer", contents) if "version" in contents else contents
+    unused = [path for path, value in _flat(tree).items() if value is None]
+    if not unused:
+        return state
+    flat = _flat(state)
+    flat.update(dict.fromkeys(unused))
+    return traverse_util.unflatten_dict(flat)
+
+
 def _cast_params(tree: Any, dtype: Any) -> Any:
     def cast(leaf: Any) -> Any:
         if isinstance(leaf, np.ndarray | jax.Array) and jax.dtypes.issubdtype(leaf.dtype, np.inexact):
@@ -139,10 +196,10 @@ def _merge_fallback(
             merged[key] = _merge_fallback(
                 got if isinstance(got, Mapping) else {}, value, sub_fallback, name + "/"
             )
+        elif value is None:  # a slot the train state does not use (e.g. another optimizer's)
+            merged[key] = None
         elif key in restored:
             merged[key] = restored[key]
-        elif value is None:
-            merged[key] = None
         elif isinstance(fallback, Mapping) and key in fallback:
             merged[key] = fallback[key]
         else:
@@ -150,24 +207,84 @@ def _merge_fallback(
     return merged
 
 
+def _flat(state_dict: Mapping[str, Any]) -> dict[tuple[str, ...], Any]:
+    return traverse_util.flatten_dict(state_dict, keep_empty_nodes=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ParameterInfo:
+    """How one leaf of a train state is stored (upstream's record).
+
+    Attributes:
+      name: the leaf's slash-separated state path, e.g. ``target/encoder/kernel``.
+      shape: its global shape.
+      ts_spec: its TensorStore array (relative path), or None when it is stored
+        inline in the index (leaves without mesh axes).
+      local_chunk_info: this process's part of it (None when not partitioned).
+      axes: its mesh axes (None: not partitioned).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    ts_spec: ts.Spec | None
+    local_chunk_info: partitioning.LocalChunkInfo | None
+    axes: Any = None
+
+
+class _LazyChunk:
+    """A part of a checkpoint array read on ``get()`` (verified against the step's checksums)."""
+
+    def __init__(self, source: LazyArray, index: tuple[slice, ...] | None, dtype: Any):
+        self._source = source
+        self._index = index
+        self.dtype = np.dtype(dtype)
+        whole = source.shape
+        self.shape = (
+            whole if index is None else tuple(len(range(*s.indices(n))) for s, n in zip(index, whole))
+        )
+
+    def get(self) -> np.ndarray:
+        raw = self._source.read_future(self._index).result()
+        return np.asarray(raw).astype(self.dtype, copy=False)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        value = self.get()
+        return value if dtype is None else value.astype(dtype)
+
+
+def _even_split_problem(name: str, shape: Sequence[int], axes: Any, chunker: Any) -> str | None:
+    """Why ``shape`` does not split evenly over ``axes`` (None when it does)."""
+    counts = getattr(chunker, "num_chunks", {})
+    for size, entry in zip(shape, tuple(axes)):
+        if entry is None:
+            continue
+        count = int(np.prod([counts.get(a, 1) for a in ((entry,) if isinstance(entry, str) else entry)]))
+        if size % count:
+            return (
+                f"`{name}`: dimension of size {size} does not split into {count} process chunks over {entry}"
+            )
+    return None
+
+
 class Checkpointer:
     """Saves and restores an upstream train state under ``checkpoints_dir``.
 
     Args:
-      train_state: a train state with ``state_dict()`` / ``restore_state()``;
-        its structure, shapes and dtypes are what ``restore`` returns.
-      partitioner: upstream's partitioner (kept; see the module docstring).
+      train_state: a train state with ``state_dict()`` / ``restore_state()``,
+        holding global shapes (abstract or real values); its structure, shapes
+        and dtypes are what ``restore`` returns.
+      partitioner: a ``t5x.partitioning.BasePartitioner`` (host-local protocol
+        when ``use_gda`` is False, see the module docstring) or any partitioner.
       checkpoints_dir: the folder of ``checkpoint_<step>`` folders.
       dataset_iterator: a ``tf.data`` iterator saved beside each step as
-        ``train_ds-<shard>-of-<shards>`` (a ``tf.train.Checkpoint``) and restored
-        with it; None skips it.
+        ``train_ds-<shard>-of-<shards>`` (a ``tf.train.Checkpoint``, written by
+        the first process of each data shard) and restored with it; None skips it.
       save_dtype: floating parameters are written as this dtype.
-      restore_dtype: floating parameters are returned as this dtype (None: the
-        train state's dtypes).
+      restore_dtype: parameters are returned as this dtype (None: as stored).
       keep: keep this many newest steps (None keeps all; pinned ones stay).
       keep_dataset_checkpoints: keep the dataset files of only this many
         newest steps (None keeps all).
-      use_gda: accepted for upstream's signature; the files are the same.
+      use_gda: False selects the host-local protocol for a ``BasePartitioner``.
     """
 
     def __init__(
@@ -201,6 +318,7 @@ class Checkpointer:
         self.save_dtype = save_dtype
         self.restore_dtype = restore_dtype
         self.use_gda = use_gda
+        self._host_local = isinstance(partitioner, partitioning.BasePartitioner) and not use_gda
 
     # ---- listing ---------------------------------------------------------
     def all_steps(self) -> list[int]:
@@ -215,14 +333,61 @@ class Checkpointer:
         """The complete steps that also hold dataset iterator files, ascending."""
         return [step for step in self.all_steps() if self._dataset_files(step)]
 
-    def _dataset_prefix(self, step: int) -> str:
-        index, count = jax.process_index(), jax.process_count()
-        return os.path.join(
-            get_checkpoint_dir(self.checkpoints_dir, step), f"train_ds-{index:03}-of-{count:03}"
-        )
+    def _dataset_name(self) -> tuple[str, bool]:
+        """This process's dataset checkpoint name and whether it writes it (first of its data shard)."""
+        layout = getattr(self._partitioner, "get_data_layout", None)
+        if layout is None:
+            index, count, first = jax.process_index(), jax.process_count(), True
+        else:
+            data = layout()
+            index, count, first = data.shard_id, data.num_shards, data.is_first_host_in_replica_set
+        return f"train_ds-{index:03}-of-{count:03}", first
+
+    def _write_dataset(self, step_dir: str) -> None:
+        if self._dataset_iterator is None:
+            return
+        name, writes = self._dataset_name()
+        if writes:
+            import tensorflow as tf
+
+            tf.train.Checkpoint(ds=self._dataset_iterator).write(os.path.join(step_dir, name))
 
     def _dataset_files(self, step: int) -> list[str]:
         return glob.glob(os.path.join(get_checkpoint_dir(self.checkpoints_dir, step), "train_ds-*"))
+
+    # ---- what is stored where (host-local protocol) ----------------------
+    def _mesh_axes(self) -> dict[tuple[str, ...], Any]:
+        return _flat(self._partitioner.get_mesh_axes(self._train_state).state_dict())
+
+    def _get_parameter_infos(self) -> Any:
+        """Per leaf of the train state: a :class:`_ParameterInfo` (None for an unused slot)."""
+        axes_of = self._mesh_axes()
+        infos = {}
+        for path, value in _flat(self._train_state.state_dict()).items():
+            infos[path] = None if value is None else self._parameter_info(path, value, axes_of.get(path))
+        return traverse_util.unflatten_dict(infos)
+
+    def _parameter_info(self, path: tuple[str, ...], value: Any, axes: Any) -> _ParameterInfo:
+        name = "/".join(path)
+        shape = tuple(int(n) for n in getattr(value, "shape", ()))
+        if axes is None:
+            return _ParameterInfo(name, shape, None, None, None)
+        chunk = self._partitioner.get_local_chunk_info(shape, axes)
+        dtype = np.dtype(getattr(value, "dtype", np.float32))
+        if path[0] == "target" and jax.dtypes.issubdtype(dtype, np.floating) and self.save_dtype is not None:
+            dtype = np.dtype(self.save_dtype)
+        part = [len(range(*s.indices(n))) for s, n in zip(chunk.slice, shape)]
+        spec = {
+            "driver": "zarr",
+            "dtype": jax.numpy.dtype(dtype).name,
+            "kvstore": {"driver": "file", "path": ".".join(path)},
+            "metadata": {
+                "chunks": _choose_chunk_shape(part, _DESIRED_CHUNK_BYTES // dtype.itemsize),
+                "compressor": {"id": "gzip"},
+                "shape": list(shape),
+            },
+        }
+        return _ParameterInfo(name, shape, ts.Spec(spec), chunk, axes)
 
     # ---- saving ----------------------------------------------------------
     def save(
@@ -236,32 +401,86 @@ class Checkpointer:
 
         ``state_transformation_fns`` are applied in turn to the state dict
         (``fn(state_dict)``) before it is written; ``concurrent_gb`` is accepted
-        for upstream's signature.
+        for upstream's signature. A step that already exists is left as it is.
         """
         del concurrent_gb
         state_dict = train_state.state_dict()
         for fn in state_transformation_fns:
             state_dict = fn(state_dict)
-        state_dict = jax.tree.map(lambda x: x.get() if isinstance(x, LazyArray) else x, state_dict)
+        state_dict = jax.tree.map(
+            lambda x: x.get() if isinstance(x, LazyArray | _LazyChunk) else x, state_dict
+        )
         step = int(np.asarray(state_dict["state"]["step"]))
+        if os.path.exists(os.path.join(get_checkpoint_dir(self.checkpoints_dir, step), _INDEX)):
+            return
+        if self._host_local:
+            self._save_host_local(step, state_dict)
+        else:
+            self._save_whole(step, state_dict)
+        if jax.process_index() == 0:
+            self._apply_retention()
+
+    def _save_whole(self, step: int, state_dict: Mapping[str, Any]) -> None:
         writer = checkpointing.Checkpointer(
-            self.checkpoints_dir,
-            keep=self.keep,
-            save_dtype=self.save_dtype,
-            compression="gzip",
-            async_save=False,
+            self.checkpoints_dir, save_dtype=self.save_dtype, compression="gzip", async_save=False
         )
         try:
             writer.save(step, state_dict)
         finally:
             writer.close()
-        if self._dataset_iterator is not None:
-            import tensorflow as tf
+        self._write_dataset(get_checkpoint_dir(self.checkpoints_dir, step))
 
-            tf.train.Checkpoint(ds=self._dataset_iterator).write(self._dataset_prefix(step))
-            if self.keep_dataset_checkpoints is not None:
-                with_data = self.all_dataset_checkpoint_steps()
-                for old in with_data[: -self.keep_dataset_checkpoints]:
+    def _save_host_local(self, step: int, state_dict: Mapping[str, Any]) -> None:
+        axes_of = self._mesh_axes()
+        wanted = _flat(self._train_state.state_dict())
+        leaves: dict[tuple[str, ...], Any] = {}
+        for path, value in _flat(state_dict).items():
+            axes = axes_of.get(path)
+            if value is None or axes is None or path not in wanted:
+                leaves[path] = value
+                continue
+            name = "/".join(path)
+            shape = tuple(int(n) for n in wanted[path].shape)
+            problem = _even_split_problem(
+                name, shape, axes, getattr(self._partitioner, "_local_chunker", None)
+            )
+            if problem:
+                raise ValueError(problem)
+            chunk = self._partitioner.get_local_chunk_info(shape, axes)
+            data = np.asarray(value)
+            if data.shape == shape and any(s != slice(None) for s in chunk.slice):
+                data = data[chunk.slice]  # a whole array given: keep this process's part
+            leaves[path] = checkpointing.HostChunk(data, chunk.slice, shape, write=chunk.replica_id == 0)
+        stamp = str(int(multihost_utils.broadcast_one_to_all(np.int64(time.time()))))
+        checkpointing.save_host_local(
+            self.checkpoints_dir,
+            step,
+            traverse_util.unflatten_dict(leaves),
+            process_index=jax.process_index(),
+            process_count=len({d.process_index for d in self._partitioner.mesh.devices.flat}),
+            stamp=stamp,
+            save_dtype=self.save_dtype,
+            compression="gzip",
+            before_commit=self._write_dataset,
+        )
+
+    def _is_pinned(self, step: int) -> bool:
+        return os.path.exists(os.path.join(get_checkpoint_dir(self.checkpoints_dir, step), "PINNED"))
+
+    def _steps_to_remove(self) -> list[int]:
+        """Unpinned steps beyond the newest ``keep``."""
+        if self.keep is None:
+            return []
+        return [step for step in self.all_steps()[: -self.keep] if not self._is_pinned(step)]
+
+    def _apply_retention(self) -> None:
+        remover = checkpointing.Checkpointer(self.checkpoints_dir, async_save=False)
+        for old in self._steps_to_remove():
+            remover.delete_step(old)
+        if self._dataset_iterator is not None and self.keep_dataset_checkpoints is not None:
+            with_data = self.all_dataset_checkpoint_steps()
+            for old in with_data[: -self.keep_dataset_checkpoints]:
+                if not self._is_pinned(old):
                     for name in self._dataset_files(old):
                         os.remove(name)
 
@@ -284,7 +503,7 @@ class Checkpointer:
             each returning the state dict to continue with (e.g.
             ``state_utils.apply_assignment_map``).
           fallback_state: values for keys the (transformed) checkpoint lacks.
-          lazy_parameters: leave the arrays as :class:`LazyArray` leaves.
+          lazy_parameters: leave the arrays unread: leaves with ``get()``.
 
         Raises:
           ValueError: no checkpoint there, a shape differs from the train
@@ -294,45 +513,75 @@ class Checkpointer:
             raise ValueError(f"No checkpoint to restore in {self.checkpoints_dir}")
         index = find_checkpoint(self.checkpoints_dir if path is None else path, step)
         step_dir = os.path.dirname(index)
-        restored = load_t5x_checkpoint(step_dir, lazy=lazy_parameters)
+        restored = checkpointing.load_t5x_checkpoint(step_dir, lazy=lazy_parameters or self._host_local)
         wanted = self._train_state.state_dict()
         for fn in state_transformation_fns:
             restored = dict(fn(restored, wanted))
         _check_shapes(restored, wanted)
         merged = _merge_fallback(restored, wanted, fallback_state)
+        if self._host_local:
+            merged = self._local_parts(merged, lazy_parameters)
+        elif not lazy_parameters and self.restore_dtype is not None:
+            merged["target"] = _cast_params(merged["target"], self.restore_dtype)
         if not lazy_parameters:
-            merged["target"] = self._restore_dtypes(merged["target"], wanted["target"])
             step_value = merged.get("state", {}).get("step")
             if step_value is not None:
                 merged["state"]["step"] = np.asarray(step_value, dtype=np.int32)
         if self._dataset_iterator is not None:
             import tensorflow as tf
 
-            prefix = os.path.join(step_dir, os.path.basename(self._dataset_prefix(0)))
+            prefix = os.path.join(step_dir, self._dataset_name()[0])
             tf.train.Checkpoint(ds=self._dataset_iterator).read(prefix).assert_consumed()
-        return self._train_state.restore_state(merged)
+        train_state = self._train_state.restore_state(merged)
+        if self._host_local and not lazy_parameters and self._partitioner.params_on_devices:
+            axes = self._partitioner.get_mesh_axes(train_state)
+            train_state = self._partitioner.move_params_to_devices(train_state, axes)
+        return train_state
 
-    def _restore_dtypes(self, restored: Any, wanted: Any) -> Any:
-        if self.restore_dtype is not None:
-            return _cast_params(restored, self.restore_dtype)
-
-        def cast(got: Any, want: Any) -> Any:
-            dtype = getattr(want, "dtype", None)
-            if dtype is None or got is None:
-                return got
-            return np.asarray(got).astype(dtype)
-
-        return jax.tree.map(cast, restored, wanted)
+    def _local_parts(self, merged: Mapping[str, Any], lazy: bool) -> Any:
+        """Each leaf cut to this process's chunk of the restoring mesh, cast, read unless ``lazy``."""
+        axes_of = self._mesh_axes()
+        out = {}
+        for path, value in _flat(merged).items():
+            if not isinstance(value, LazyArray):
+                out[path] = value
+                continue
+            axes = axes_of.get(path)
+            index = None
+            if axes is not None:
+                problem = _even_split_problem(
+                    "/".join(path), value.shape, axes, getattr(self._partitioner, "_local_chunker", None)
+                )
+                if problem:
+                    raise ValueError(problem)
+                index = self._partitioner.get_local_chunk_info(value.shape, axes).slice
+            dtype = value.dtype  # as stored, unless parameters are asked for in another dtype
+            if path[0] == "target" and self.restore_dtype is not None:
+                dtype = np.dtype(self.restore_dtype)
+            chunk = _LazyChunk(value, index, dtype)
+            out[path] = chunk if lazy else chunk.get()
+        return traverse_util.unflatten_dict(out)
 
 
 class SaveBestCheckpointer(Checkpointer):
-    """Upstream's keep-the-best-by-metric checkpointer, as a name gin binds keywords to.
+    """A ``Checkpointer`` whose ``keep`` keeps the steps with the best metric.
+
+    The metric is read from the TensorBoard event files the trainer writes:
+    ``metric_name_to_monitor="train/accuracy"`` means tag ``accuracy`` under
+    ``checkpoints_dir/train``. After each save, the newest step, pinned steps
+    and (with ``force_keep_period``) steps divisible by it always stay; of the
+    others the best ``keep`` by metric stay. Steps without a metric stay too
+    when ``keep_checkpoints_without_metrics``, else they go first, oldest first.
+
+    Args:
+      metric_name_to_monitor: ``<event folder>/<tag>``.
+      metric_mode: ``"max"`` or ``"min"``: which end is best.
+      keep_checkpoints_without_metrics: never remove a step without a metric.
+      force_keep_period: never remove steps divisible by this.
+      (the rest as for ``Checkpointer``)
 
     ``utils.SaveCheckpointConfig.checkpointer_cls = @checkpoints.SaveBestCheckpointer``
-    with ``metric_name_to_monitor``, ``metric_mode`` and
-    ``keep_checkpoints_without_metrics`` bound: t5x-upstream's ``train`` reads
-    those bindings into ``t5x.launch.SaveCheckpointConfig`` (the newest ``keep``
-    checkpoints plus the best one are kept). It is never built itself.
+    in gin is read by t5x-upstream's ``train`` into ``t5x.launch.SaveCheckpointConfig``.
     """
 
     # Upstream's defaults for the keywords gin may bind.
@@ -343,12 +592,81 @@ class SaveBestCheckpointer(Checkpointer):
         "force_keep_period": None,
     }
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError(
-            "checkpoints.SaveBestCheckpointer is a gin name here: set it as "
-            "utils.SaveCheckpointConfig.checkpointer_cls and t5x-upstream's train keeps the best "
-            "checkpoint by its metric_name_to_monitor"
+    def __init__(
+        self,
+        train_state: Any,
+        partitioner: Any,
+        checkpoints_dir: str,
+        dataset_iterator: Any = None,
+        *,
+        keep: int | None = None,
+        save_dtype: Any = np.float32,
+        restore_dtype: Any = None,
+        metric_name_to_monitor: str = "train/accuracy",
+        metric_mode: str = "max",
+        keep_checkpoints_without_metrics: bool = True,
+        force_keep_period: int | None = None,
+        keep_dataset_checkpoints: int | None = None,
+        use_gda: bool = False,
+    ) -> None:
+        if metric_mode not in ("max", "min"):
+            raise ValueError(f"metric_mode must be 'max' or 'min', got {metric_mode!r}")
+        if "/" not in metric_name_to_monitor:
+            raise ValueError(
+                f"metric_name_to_monitor must be '<event folder>/<tag>' (e.g. 'train/accuracy'), "
+                f"got {metric_name_to_monitor!r}"
+            )
+        if force_keep_period is not None and force_keep_period < 1:
+            raise ValueError(f"force_keep_period must be None or >= 1, got {force_keep_period}")
+        super().__init__(
+            train_state,
+            partitioner,
+            checkpoints_dir,
+            dataset_iterator,
+            keep=keep,
+            save_dtype=save_dtype,
+            restore_dtype=restore_dtype,
+            keep_dataset_checkpoints=keep_dataset_checkpoints,
+            use_gda=use_gda,
         )
+        self._metric_name_to_monitor = metric_name_to_monitor
+        self._metric_mode = metric_mode
+        self._keep_checkpoints_without_metrics = keep_checkpoints_without_metrics
+        self._force_keep_period = force_keep_period
+
+    def _read_metrics(self) -> dict[int, float]:
+        """step -> the last value logged for the monitored tag."""
+        folder, tag = self._metric_name_to_monitor.rsplit("/", 1)
+        files = sorted(glob.glob(os.path.join(self.checkpoints_dir, folder, "events.out.tfevents.*")))
+        if not files:
+            return {}
+        import tensorflow as tf
+
+        metrics: dict[int, float] = {}
+        for name in files:
+            for event in tf.compat.v1.train.summary_iterator(name):
+                for value in event.summary.value:
+                    if value.tag != tag:
+                        continue
+                    if value.HasField("tensor"):
+                        metrics[int(event.step)] = float(tf.make_ndarray(value.tensor))
+                    else:
+                        metrics[int(event.step)] = float(value.simple_value)
+        return metrics
+
+    def _steps_to_remove(self) -> list[int]:
+        if self.keep is None:
+            return []
+        steps = self.all_steps()[:-1]  # the step just saved always stays
+        if self._force_keep_period:
+            steps = [s for s in steps if s % self._force_keep_period]
+        metrics = self._read_metrics() if steps else {}
+        ranked = sorted(
+            (s for s in steps if s in metrics), key=metrics.__getitem__, reverse=self._metric_mode == "max"
+        )
+        if not self._keep_checkpoints_without_metrics:
+            ranked += sorted((s for s in steps if s not in metrics), reverse=True)  # oldest go first
+        return [step for step in ranked[self.keep :] if not self._is_pinned(step)]
 
 
 class CheckpointManager:

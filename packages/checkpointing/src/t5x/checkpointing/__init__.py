@@ -4,6 +4,7 @@ from t5x.checkpointing._api import load_t5x_checkpoint, save_t5x_checkpoint
 from t5x.checkpointing._checkpointer import Checkpointer, pin_checkpoint, unpin_checkpoint
 from t5x.checkpointing._codec import CorruptIndexError
 from t5x.checkpointing._errors import CheckpointIntegrityError
+from t5x.checkpointing._host_local import HostChunk, save_host_local
 from t5x.checkpointing._huggingface import (
     HfFolderError,
     HfTokenizerInfo,
@@ -15,10 +16,13 @@ from t5x.checkpointing._huggingface import (
 from t5x.checkpointing._layouts import model_info, scan_layers, unscan_layers, write_model_info
 from t5x.checkpointing._mtf import mtf_checkpoint_prefix, read_mtf_checkpoint
 from t5x.checkpointing._reader import LazyArray
-from t5x.checkpointing._specs import UnsafeSpecError
+from t5x.checkpointing._specs import UnsafeSpecError, choose_chunk_shape
 from t5x.checkpointing._verify import VerificationReport, verify_checkpoint
 
 __all__ = [
+    "HostChunk",
+    "choose_chunk_shape",
+    "save_host_local",
     "HfFolderError",
     "HfTokenizerInfo",
     "read_hf_folder",

@@ -215,59 +215,9 @@ class Checkpointer:
             raise
         _multihost.barrier(f"{tag}/written")
         if process == 0:
-            try:
-                index = _format.build_index(leaves, self.compression)
-                paths = [os.path.join(tmp_dir, _format.INDEX_FILE)]
-                with open(paths[0], "wb") as handle:
-                    handle.write(index)
-                if checksums:
-                    paths.append(self._write_manifest(tmp_dir, leaves, written, index, count))
-                for path in paths:  # both written before either is synced: the second fsync has little left
-                    with open(path, "rb+") as handle:
-                        os.fsync(handle.fileno())
-                os.rename(tmp_dir, final_dir)
-            except BaseException:
-                shutil.rmtree(tmp_dir, ignore_errors=True)
-                raise
+            commit_step(tmp_dir, final_dir, leaves, written, self.compression, count, checksums)
             self._apply_retention()
         _multihost.barrier(f"{tag}/renamed")
-
-    def _write_manifest(
-        self,
-        tmp_dir: str,
-        leaves: list[_format.HostLeaf],
-        written: _integrity.Written,
-        index: bytes,
-        count: int,
-    ) -> str:
-        """Process 0: gathers every process's chunk digests and writes ``checksums.json`` (unsynced).
-
-        Returns:
-          The manifest's path.
-        """
-        merged: dict[str, dict[str, str]] = {}
-        parts = (
-            [os.path.join(tmp_dir, _integrity.part_file(p, count)) for p in range(count)] if count > 1 else []
-        )
-        for part in parts:
-            with open(part) as handle:
-                for folder, chunks in json.load(handle).items():
-                    merged.setdefault(folder, {}).update(chunks)
-        for folder, chunks in written.digests.items():
-            merged.setdefault(folder, {}).update(chunks)
-        files = {_format.INDEX_FILE: index}
-        for name in sorted(os.listdir(tmp_dir)):
-            if name.startswith(_format.INPUT_STATE_PREFIX + "-"):
-                with open(os.path.join(tmp_dir, name), "rb") as handle:
-                    files[name] = handle.read()
-        manifest = _integrity.build_manifest(
-            tmp_dir, _format.stored_arrays(leaves), merged, files, _format.ts_context()
-        )
-        path = os.path.join(tmp_dir, _manifest.MANIFEST_FILE)
-        _integrity.write_json(path, manifest)
-        for part in parts:
-            os.remove(part)
-        return path
 
     def _apply_retention(self) -> None:
         if self.keep is None:
@@ -440,6 +390,70 @@ class Checkpointer:
             error.args = (f"{error.args[0]}; {self._newest_valid_hint(int(step))}", *error.args[1:])
             raise
         return RestoredCheckpoint(step=int(step), state=state, input_state=input_state)
+
+
+def commit_step(
+    tmp_dir: str,
+    final_dir: str,
+    leaves: list[_format.HostLeaf],
+    written: _integrity.Written,
+    compression: str,
+    count: int,
+    checksums: bool,
+) -> None:
+    """Process 0, once every process wrote its arrays: index, manifest, fsync, rename.
+
+    On failure the temporary folder is removed and the error raised.
+    """
+    try:
+        index = _format.build_index(leaves, compression)
+        paths = [os.path.join(tmp_dir, _format.INDEX_FILE)]
+        with open(paths[0], "wb") as handle:
+            handle.write(index)
+        if checksums:
+            paths.append(_write_manifest(tmp_dir, leaves, written, index, count))
+        for path in paths:  # both written before either is synced: the second fsync has little left
+            with open(path, "rb+") as handle:
+                os.fsync(handle.fileno())
+        os.rename(tmp_dir, final_dir)
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+
+
+def _write_manifest(
+    tmp_dir: str,
+    leaves: list[_format.HostLeaf],
+    written: _integrity.Written,
+    index: bytes,
+    count: int,
+) -> str:
+    """Gathers every process's chunk digests and writes ``checksums.json`` (unsynced).
+
+    Returns:
+      The manifest's path.
+    """
+    merged: dict[str, dict[str, str]] = {}
+    parts = [os.path.join(tmp_dir, _integrity.part_file(p, count)) for p in range(count)] if count > 1 else []
+    for part in parts:
+        with open(part) as handle:
+            for folder, chunks in json.load(handle).items():
+                merged.setdefault(folder, {}).update(chunks)
+    for folder, chunks in written.digests.items():
+        merged.setdefault(folder, {}).update(chunks)
+    files = {_format.INDEX_FILE: index}
+    for name in sorted(os.listdir(tmp_dir)):
+        if name.startswith(_format.INPUT_STATE_PREFIX + "-"):
+            with open(os.path.join(tmp_dir, name), "rb") as handle:
+                files[name] = handle.read()
+    manifest = _integrity.build_manifest(
+        tmp_dir, _format.stored_arrays(leaves), merged, files, _format.ts_context()
+    )
+    path = os.path.join(tmp_dir, _manifest.MANIFEST_FILE)
+    _integrity.write_json(path, manifest)
+    for part in parts:
+        os.remove(part)
+    return path
 
 
 def _read_input_state(step_dir: str, verify: bool = True) -> dict[str, JSONValue] | None:

@@ -2,6 +2,7 @@
 
 from jax.sharding import PartitionSpec
 
+from t5x.partitioning._base import BasePartitioner
 from t5x.partitioning._chunker import LocalChunker, LocalChunkInfo
 from t5x.partitioning._context import axis_rules, with_sharding_constraint
 from t5x.partitioning._layout import ProcessChunks, process_chunks
@@ -31,6 +32,7 @@ from t5x.partitioning._topology import bounds_from_last_device, get_coords
 
 __all__ = [
     "AxisNames",
+    "BasePartitioner",
     "LocalChunkInfo",
     "LocalChunker",
     "PartitionSpec",

@@ -78,26 +78,30 @@ class LocalChunker:
     def get_local_chunk_info(self, global_shape: Sequence[int], mesh_axes: Sequence[Any]) -> LocalChunkInfo:
         """This process's slice of an array of ``global_shape`` sharded as ``mesh_axes``.
 
+        As upstream: ``mesh_axes`` may be shorter than the shape (the remaining
+        dimensions are not split, as in a ``PartitionSpec``), and a split
+        dimension's chunk size is ``size // chunks`` (callers that need an even
+        split check it; ``t5x.checkpoints`` does).
+
         Args:
           global_shape: the global array's shape.
-          mesh_axes: one entry per dimension: a mesh axis name, a tuple of them, or None.
+          mesh_axes: one entry per leading dimension: a mesh axis name, a tuple of
+            them, or None.
 
         Returns:
           The slice and the replica id (counted over the mesh axes the array does not use).
 
         Raises:
-          ValueError: ``mesh_axes`` does not match the shape, names an unknown axis, or splits
-            a dimension unevenly.
+          ValueError: ``mesh_axes`` has more entries than the shape, or names an unknown axis.
         """
-        if len(mesh_axes) != len(global_shape):
+        if len(mesh_axes) > len(global_shape):
             raise ValueError(
-                f"mesh_axes {tuple(mesh_axes)} must have one entry per dimension of shape {tuple(global_shape)}"
+                f"mesh_axes {tuple(mesh_axes)} has more entries than shape {tuple(global_shape)} has dimensions"
             )
         used: list[str] = []
-        slices = []
-        for size, axes in zip(global_shape, mesh_axes):
+        slices = [slice(None)] * len(global_shape)
+        for dim, (size, axes) in enumerate(zip(global_shape, mesh_axes)):
             if axes is None:
-                slices.append(slice(None))
                 continue
             names = (axes,) if isinstance(axes, str) else tuple(axes)
             unknown = [n for n in names if n not in self.num_chunks]
@@ -105,9 +109,7 @@ class LocalChunker:
                 raise ValueError(f"mesh axes {unknown} are not in the mesh axes {tuple(self.num_chunks)}")
             used.extend(names)
             chunk, count = self._linear(names)
-            if size % count:
-                raise ValueError(f"dimension of size {size} does not split into {count} chunks over {names}")
             step = size // count
-            slices.append(slice(chunk * step, (chunk + 1) * step))
+            slices[dim] = slice(chunk * step, (chunk + 1) * step)
         replica_id, _ = self._linear([n for n in self.global_mesh.axis_names if n not in used])
         return LocalChunkInfo(slice=tuple(slices), replica_id=replica_id)

@@ -152,7 +152,15 @@ def _local_block(grid: np.ndarray, process_index: int) -> tuple[int, ...]:
     return tuple(int(s) for s in positions.max(axis=0) - positions.min(axis=0) + 1)
 
 
-def get_mesh(model_parallel_submesh: Sequence[int], devices: Sequence[Any] | None = None) -> Mesh:
+def get_mesh(
+    model_parallel_submesh: Sequence[int],
+    input_devices: Sequence[Any] | None = None,
+    input_local_devices: Sequence[Any] | None = None,
+    tile_by_host_if_needed: bool = True,
+    backend: str | None = None,
+    *,
+    devices: Sequence[Any] | None = None,
+) -> Mesh:
     """A ``('data', 'model')`` mesh whose model axis is a tile of the physical topology.
 
     ``model_parallel_submesh`` is one model replica's tile of the hardware
@@ -164,7 +172,14 @@ def get_mesh(model_parallel_submesh: Sequence[int], devices: Sequence[Any] | Non
     Args:
       model_parallel_submesh: one size per hardware-grid dimension; each must
         divide the grid's size there.
-      devices: the devices to use; all of ``jax.devices()`` by default.
+      input_devices: the devices to use (upstream's name); all of
+        ``jax.devices(backend)`` by default.
+      input_local_devices: one process's devices, whose block of the grid
+        sets the host tiling (default: the block of the first device's process).
+      tile_by_host_if_needed: accepted for upstream's signature; the mesh is
+        always tiled by host.
+      backend: the platform whose devices to use when none are given.
+      devices: the same as ``input_devices``.
 
     Returns:
       A mesh of shape ``[num_devices // prod(submesh), prod(submesh)]``.
@@ -172,7 +187,11 @@ def get_mesh(model_parallel_submesh: Sequence[int], devices: Sequence[Any] | Non
     Raises:
       ValueError: the tile does not fit the grid or the per-host blocks.
     """
-    grid = _device_grid(_sorted_devices(devices))
+    del tile_by_host_if_needed
+    if devices is not None and input_devices:
+        raise ValueError("give input_devices or devices, not both")
+    chosen = list(devices if devices is not None else input_devices or jax.devices(backend))
+    grid = _device_grid(_sorted_devices(chosen))
     submesh = tuple(int(s) for s in model_parallel_submesh)
     if len(submesh) != grid.ndim:
         raise ValueError(
@@ -184,7 +203,8 @@ def get_mesh(model_parallel_submesh: Sequence[int], devices: Sequence[Any] | Non
             f"each dimension of model_parallel_submesh {submesh} must divide the corresponding "
             f"dimension of the hardware grid {grid.shape}"
         )
-    local = _local_block(grid, grid.flat[0].process_index)
+    owner = input_local_devices[0].process_index if input_local_devices else grid.flat[0].process_index
+    local = _local_block(grid, owner)
     if any(g % size for g, size in zip(grid.shape, local)):
         raise ValueError(f"per-process device block {local} does not tile the hardware grid {grid.shape}")
     split: list[int] = []
