@@ -180,3 +180,13 @@ def test_base_partitioner_needs_a_model_parallel_size_and_its_methods():
         _Partitioner(0, model_parallel_submesh=(1, 2))
     with pytest.raises(TypeError, match="abstract"):
         tp.BasePartitioner(num_partitions=1)
+
+
+def test_partition_takes_upstreams_axis_resources_names():
+    partitioner = tp.PjitPartitioner(num_partitions=1)
+    double = partitioner.partition(lambda x: 2 * x, in_axis_resources=(None,), out_axis_resources=None)
+    np.testing.assert_array_equal(double(np.arange(4.0)), [0.0, 2.0, 4.0, 6.0])
+    with pytest.raises(TypeError, match="both in_axis_resources and its new name in_shardings"):
+        partitioner.partition(lambda x: x, (None,), None, in_axis_resources=(None,))
+    with pytest.raises(TypeError, match="unexpected keyword arguments"):
+        partitioner.partition(lambda x: x, None, None, in_axis_resoures=None)

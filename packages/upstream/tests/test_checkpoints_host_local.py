@@ -79,7 +79,11 @@ def _local(state, partitioner):
 def _save_on_hosts(tmp_path, state, hosts, partitions, **kwargs):
     for process in reversed(range(hosts)):  # process 0 last: it completes the step
         partitioner = _Partitioner(process, hosts, partitions)
-        with mock.patch.object(jax, "process_index", return_value=process):
+        # One clock for all: in a real job process 0's time names the temporary folder.
+        with (
+            mock.patch.object(jax, "process_index", return_value=process),
+            mock.patch("time.time", return_value=7.0),
+        ):
             ckpt = checkpoints.Checkpointer(state, partitioner, str(tmp_path), use_gda=False, **kwargs)
             ckpt.save(_local(state, partitioner))
             if process:

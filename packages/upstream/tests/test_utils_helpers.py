@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 from flax.linen import partitioning as flax_partitioning
 
-from t5x import partitioning, utils
+from t5x import checkpoints, partitioning, utils
 from t5x import seqio as t5x_seqio
 
 
@@ -155,10 +155,12 @@ def test_train_state_initializer_restores_the_first_config_with_checkpoints(init
     assert fresh.params["w"].shape == (2, 3)
 
 
-def test_restore_without_a_checkpointer_class_says_what_to_pass(initializer, tmp_path):
-    cfg = utils.RestoreCheckpointConfig(path=_model_dir(tmp_path, (1,)))
-    with pytest.raises(NotImplementedError, match="checkpointer_cls"):
-        initializer.from_checkpoint([cfg])
+def test_restore_without_a_checkpointer_class_uses_the_upstream_checkpointer(initializer, tmp_path):
+    state = initializer.from_scratch(jax.random.PRNGKey(0))
+    state = state.replace_params({"w": np.full((2, 3), 5.0, np.float32)})
+    checkpoints.Checkpointer(state, None, str(tmp_path)).save(state)
+    restored = initializer.from_checkpoint([utils.RestoreCheckpointConfig(path=str(tmp_path))])
+    np.testing.assert_array_equal(restored.params["w"], np.full((2, 3), 5.0))
 
 
 def test_restore_returns_one_state_or_a_list():

@@ -44,6 +44,8 @@ from t5x.checkpointing import LazyArray
 VERSION = 3
 _STEP_DIR = re.compile(r"^checkpoint_(\d+)$")
 _INDEX = "checkpoint"
+# TensorFlow names its checkpoint state file "checkpoint" too; its text starts so.
+_TF_CHECKPOINT_STATE = b"model_checkpoint_path"
 
 StateTransformation = Callable[..., Mapping[str, Any]]
 
@@ -512,6 +514,12 @@ class Checkpointer:
         if path is None and step is None and self.latest_step() is None:
             raise ValueError(f"No checkpoint to restore in {self.checkpoints_dir}")
         index = find_checkpoint(self.checkpoints_dir if path is None else path, step)
+        with open(index, "rb") as handle:
+            if handle.read(len(_TF_CHECKPOINT_STATE)) == _TF_CHECKPOINT_STATE:
+                raise ValueError(
+                    "Attempting to restore a TensorFlow checkpoint as a native T5X checkpoint. Use "
+                    f"`restore_from_tf_checkpoint` instead. Path: {index}"
+                )
         step_dir = os.path.dirname(index)
         restored = checkpointing.load_t5x_checkpoint(step_dir, lazy=lazy_parameters or self._host_local)
         wanted = self._train_state.state_dict()
@@ -537,6 +545,73 @@ class Checkpointer:
             axes = self._partitioner.get_mesh_axes(train_state)
             train_state = self._partitioner.move_params_to_devices(train_state, axes)
         return train_state
+
+    # ---- TensorFlow (Mesh TensorFlow T5) checkpoints ----------------------
+    def restore_from_tf_checkpoint(
+        self, path_or_dir: str, strict: bool = True, translator: Any = None
+    ) -> Any:
+        """A train state like the constructor's from a Mesh TensorFlow T5 checkpoint.
+
+        Parameters and Adafactor slots are renamed to T5X's layout; slots the
+        checkpoint lacks start at zero, the step comes from ``global_step``.
+
+        Args:
+          path_or_dir: a ``model.ckpt-N`` prefix or the folder holding it.
+          strict: every parameter of the checkpoint must be one of the train
+            state's (and every parameter of the train state must be there).
+          translator: only None (the T5 naming) is supported.
+
+        Raises:
+          ValueError: a shape differs (``Variable <name> has shape ... != ...``),
+            or, with ``strict``, a parameter is missing on either side.
+        """
+        if translator is not None:
+            raise ValueError(
+                "restore_from_tf_checkpoint supports the T5 variable names only (translator=None); "
+                f"got translator={translator!r}"
+            )
+        from t5x.models import mtf_to_t5x_state
+
+        found = _flat(mtf_to_t5x_state(checkpointing.read_mtf_checkpoint(path_or_dir)))
+        wanted = _flat(self._train_state.state_dict())
+        if strict:
+            unused = sorted("/".join(p) for p in found if p[0] == "target" and p not in wanted)
+            missing = sorted(
+                "/".join(p)
+                for p, v in wanted.items()
+                if p[0] == "target" and v is not None and p not in found
+            )
+            if unused or missing:
+                raise ValueError(
+                    f"TensorFlow checkpoint {path_or_dir} does not match the train state: "
+                    f"parameters only in the checkpoint {unused}, only in the train state {missing}"
+                )
+        merged: dict[tuple[str, ...], Any] = {}
+        for path, want in wanted.items():
+            if want is None:
+                merged[path] = None
+                continue
+            shape, dtype = tuple(getattr(want, "shape", ())), getattr(want, "dtype", np.float32)
+            if path in found:
+                value = np.asarray(found[path])
+                if value.shape != shape:
+                    raise ValueError(f"Variable {'/'.join(path)} has shape {value.shape} != {shape}")
+                merged[path] = value.astype(dtype)
+            else:
+                merged[path] = np.zeros(shape, dtype)
+        return self._train_state.restore_state(traverse_util.unflatten_dict(merged))
+
+    def convert_from_tf_checkpoint(
+        self,
+        path_or_dir: str,
+        *,
+        state_transformation_fns: Sequence[StateTransformation] = (),
+        concurrent_gb: int = 16,
+        translator: Any = None,
+    ) -> None:
+        """Restores a Mesh TensorFlow checkpoint (see ``restore_from_tf_checkpoint``) and saves it here."""
+        state = self.restore_from_tf_checkpoint(path_or_dir, translator=translator)
+        self.save(state, state_transformation_fns, concurrent_gb=concurrent_gb)
 
     def _local_parts(self, merged: Mapping[str, Any], lazy: bool) -> Any:
         """Each leaf cut to this process's chunk of the restoring mesh, cast, read unless ``lazy``."""

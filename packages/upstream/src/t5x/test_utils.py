@@ -3,10 +3,13 @@
 Upstream's own tests (and downstream projects' tests written against them) build fake TPU
 topologies with ``make_devices`` and compare train states with ``assert_same``. Provided:
 ``CpuDevice``, ``GpuDevice``, ``TpuDevice``, ``coords_to_idx``, ``make_devices``,
-``with_mesh``, ``create_global_mesh``, ``get_fake_vocab``, ``assert_equal``,
-``assert_same`` and ``create_sharded_array``. Not provided: the helpers built on
-upstream's flax-optim train state and models (``get_t5_test_model``,
-``get_train_state_from_variables``, ``FakePartitioner``) and the tf.data fake dataset.
+``with_mesh``, ``create_global_mesh``, ``get_fake_vocab``, ``get_fake_tokenized_dataset``,
+``get_t5_test_model``, ``get_train_state_from_variables``, ``assert_equal``,
+``assert_same`` and ``create_sharded_array``. Not provided: ``FakePartitioner``.
+
+``get_t5_test_model`` differs in one way: upstream's vocabulary is the public
+C4 SentencePiece model read from Cloud Storage; here it is a stand-in of the
+same size (32128 ids, EOS 1), since tests cannot download.
 """
 
 from __future__ import annotations
@@ -136,6 +139,94 @@ class _FakeVocabulary:
     eos_id: int = 1
 
 
+# The fake tokenized examples upstream's tests read (ids and texts are fixtures).
+# Validation repeats each example 4 times in a row: inference tests rely on it.
+_TRAIN_EXAMPLES = [
+    ((3, 13, 7, 14, 15, 9, 4, 16), "complete: this", (3, 8, 6, 3, 5, 10), "is a test"),
+    ((3, 13, 7, 14, 15, 9, 4, 16), "complete: that", (17, 5, 6, 3, 5, 10), "was a test"),
+    ((3, 13, 7, 14, 15, 9, 4, 16), "complete: those", (17, 4, 23, 4, 10, 6), "were tests"),
+]
+_VALIDATION_EXAMPLES = [
+    ((3, 13, 7, 14, 15, 9, 4, 16), "complete: this", (3, 8, 6, 3, 5, 3, 25, 5), "is a validation")
+] * 4 + [
+    ((3, 13, 7, 14, 15, 9, 4, 17), "complete: that", (17, 5, 6, 3, 5, 22, 7, 24), "was another validation")
+] * 4
+
+
+def get_fake_tokenized_dataset(*_: Any, split: str = "validation", **__: Any) -> Any:
+    """A ``tf.data`` dataset of tokenized examples with their texts (``*_pretokenized``).
+
+    ``train`` repeats forever; ``test`` is the validation split. Any other
+    arguments (a task's ``get_dataset`` keywords) are ignored.
+    """
+    import tensorflow as tf
+
+    if split not in ("train", "validation", "test"):
+        raise ValueError(f"split must be 'train', 'validation' or 'test', got {split!r}")
+    examples = _TRAIN_EXAMPLES if split == "train" else _VALIDATION_EXAMPLES
+
+    def generate() -> Iterator[dict[str, Any]]:
+        for inputs, inputs_text, targets, targets_text in examples:
+            yield {
+                "inputs": inputs,
+                "inputs_pretokenized": inputs_text,
+                "targets": targets,
+                "targets_pretokenized": targets_text,
+            }
+
+    signature = {
+        "inputs": tf.TensorSpec([None], tf.int32),
+        "inputs_pretokenized": tf.TensorSpec([], tf.string),
+        "targets": tf.TensorSpec([None], tf.int32),
+        "targets_pretokenized": tf.TensorSpec([], tf.string),
+    }
+    ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
+    return ds.repeat() if split == "train" else ds
+
+
+def get_t5_test_model(**config_overrides: Any) -> Any:
+    """A tiny T5.1.1 ``EncoderDecoderModel`` with Adafactor, as upstream's tests build it.
+
+    ``config_overrides`` replace fields of the ``T5Config`` (vocabulary 32128,
+    bfloat16, 8-wide embeddings, 4 heads of 3, 2 + 2 layers, gated-GELU MLP of 16).
+    """
+    from t5x import adafactor, models
+    from t5x.examples.t5 import network
+
+    config = network.T5Config(
+        vocab_size=32128,
+        dtype="bfloat16",
+        emb_dim=8,
+        num_heads=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        head_dim=3,
+        mlp_dim=16,
+        mlp_activations=("gelu", "linear"),
+        dropout_rate=0.0,
+        logits_via_embedding=False,
+    )
+    config = dataclasses.replace(config, **config_overrides)
+    vocabulary = _FakeVocabulary(vocab_size=32128)
+    return models.EncoderDecoderModel(
+        module=network.Transformer(config),
+        input_vocabulary=vocabulary,
+        output_vocabulary=vocabulary,
+        optimizer_def=adafactor.Adafactor(
+            decay_rate=0.8, step_offset=0, logical_factor_rules=adafactor.standard_logical_factor_rules()
+        ),
+    )
+
+
+def get_train_state_from_variables(variables: Any, optimizer_def: Any = None) -> Any:
+    """A ``FlaxOptimTrainState`` over ``variables["params"]`` (Adafactor with learning rate 0 by default)."""
+    from t5x import adafactor
+    from t5x import train_state as train_state_lib
+
+    optimizer_def = adafactor.Adafactor(0.0) if optimizer_def is None else optimizer_def
+    return train_state_lib.FlaxOptimTrainState(optimizer_def.create(variables["params"]))
+
+
 def get_fake_vocab() -> tuple[_FakeVocabulary, _FakeVocabulary]:
     """An (input, output) pair of minimal vocabularies: 128 ids, EOS 1."""
     vocab = _FakeVocabulary()
@@ -146,6 +237,7 @@ def assert_equal(a: Any, b: Any) -> None:
     """Asserts two arrays are equal; ``jax.Array``s are compared shard by shard."""
     if not isinstance(a, type(b)):
         raise AssertionError(f"incompatible types: {type(a).__name__} and {type(b).__name__}")
+    a, b = (x.get() if hasattr(x, "get") and not isinstance(x, dict) else x for x in (a, b))
     if isinstance(a, jax.Array):
         for left, right in zip(a.addressable_shards, b.addressable_shards):
             np.testing.assert_array_equal(left.data, right.data)

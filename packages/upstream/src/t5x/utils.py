@@ -20,7 +20,7 @@ import numpy as np
 from flax import traverse_util
 from flax.linen import partitioning as flax_partitioning
 
-from t5x import training
+from t5x import checkpoints, training
 
 _log = logging.getLogger(__name__)
 
@@ -414,6 +414,23 @@ class TrainStateInitializer:
             initialize, in_axis_resources=None, out_axis_resources=self.train_state_axes
         )
 
+    def _placed(self, state: Any) -> Any:
+        """A restored (host) train state placed on the mesh as ``train_state_axes`` say."""
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        mesh = getattr(self._partitioner, "mesh", None)
+        if mesh is None:
+            return state
+
+        def place(spec: Any, value: Any) -> Any:
+            if value is None or not isinstance(value, (np.ndarray, np.generic, jax.Array)):
+                return value
+            return jax.device_put(value, NamedSharding(mesh, spec if spec is not None else PartitionSpec()))
+
+        return jax.tree.map(
+            place, self.train_state_axes, state, is_leaf=lambda x: x is None or isinstance(x, PartitionSpec)
+        )
+
     def from_scratch(self, init_rng: Any) -> Any:
         """A freshly initialized (partitioned) train state."""
         _log.info("Initializing the train state from scratch")
@@ -432,16 +449,11 @@ class TrainStateInitializer:
             if not paths:
                 _log.info("No checkpoints found under %s; trying the next restore config", cfg.path)
                 continue
-            if cfg.checkpointer_cls is None:
-                raise NotImplementedError(
-                    "TrainStateInitializer.from_checkpoints needs RestoreCheckpointConfig.checkpointer_cls "
-                    "(a class taking upstream's keywords with a restore(path=...) method); t5x-launch restores "
-                    "checkpoints itself from RestoreCheckpointConfig(path=..., mode=...)"
-                )
             fallback = (
                 self.from_scratch(init_rng) if cfg.fallback_to_scratch and init_rng is not None else None
             )
-            checkpointer = cfg.checkpointer_cls(
+            checkpointer_cls = cfg.checkpointer_cls or checkpoints.Checkpointer
+            checkpointer = checkpointer_cls(
                 train_state=self.global_train_state_shape,
                 partitioner=self._partitioner,
                 checkpoints_dir="",
@@ -449,7 +461,8 @@ class TrainStateInitializer:
                 restore_dtype=cfg.dtype,
             )
             restored = restore(checkpointer, paths, cfg, fallback_state=fallback)
-            yield from restored if isinstance(restored, list) else [restored]
+            for state in restored if isinstance(restored, list) else [restored]:
+                yield self._placed(state)
             return
 
     def from_checkpoint(

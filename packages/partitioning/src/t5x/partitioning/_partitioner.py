@@ -206,10 +206,11 @@ class PjitPartitioner:
     def partition(
         self,
         fn: Callable[..., Any],
-        in_shardings: Any,
-        out_shardings: Any,
+        in_shardings: Any = None,
+        out_shardings: Any = None,
         static_argnums: int | Sequence[int] = (),
         donate_argnums: int | Sequence[int] = (),
+        **upstream_names: Any,
     ) -> PartitionedFunction:
         """Jits ``fn`` with these shardings, the mesh and the rules in force.
 
@@ -220,10 +221,23 @@ class PjitPartitioner:
           out_shardings: a logical-axes tree (prefix) for the outputs.
           static_argnums: positions of arguments that are compile-time constants.
           donate_argnums: positions of arguments whose buffers may be reused.
+          **upstream_names: ``in_axis_resources`` / ``out_axis_resources``,
+            upstream's names for the two shardings.
 
         Returns:
           A callable `PartitionedFunction`.
+
+        Raises:
+          TypeError: an unknown keyword, or a sharding given under both names.
         """
+        unknown = set(upstream_names) - {"in_axis_resources", "out_axis_resources"}
+        if unknown:
+            raise TypeError(f"partition() got unexpected keyword arguments {sorted(unknown)}")
+        for name, current in (("in_axis_resources", in_shardings), ("out_axis_resources", out_shardings)):
+            if name in upstream_names and current is not None:
+                raise TypeError(f"partition() got both {name} and its new name {name[:-14]}shardings")
+        in_shardings = upstream_names.get("in_axis_resources", in_shardings)
+        out_shardings = upstream_names.get("out_axis_resources", out_shardings)
 
         # A fresh wrapper per call: JAX caches traces per function object, and the
         # rules in force during tracing are not part of its cache key.
