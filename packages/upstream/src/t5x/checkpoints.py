@@ -140,7 +140,12 @@ def load_t5x_checkpoint(
     """
     del remap, use_gda
     state = checkpointing.load_t5x_checkpoint(path, step, restore_dtype, lazy=lazy_parameters)
-    state = _with_unused_slots(state, find_checkpoint(path, step))
+    try:
+        index = find_checkpoint(path, step)
+    except ValueError:  # another layout (Orbax): no msgpack index to read unused slots from
+        index = None
+    if index is not None:
+        state = _with_unused_slots(state, index)
     for fn in state_transformation_fns:
         state = dict(fn(state, {}))
     return state
