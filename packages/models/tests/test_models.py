@@ -13,6 +13,7 @@ from flax import traverse_util
 from t5x import decoding
 from t5x.interfaces.testing import check_model
 from t5x.models import (
+    BaseModel,
     DecoderOnlyModel,
     EncoderDecoderModel,
     LazyReference,
@@ -80,6 +81,17 @@ def test_encoder_decoder_meets_model_contract(encdec):
 
 def test_prefix_lm_meets_model_contract(prefix_lm):
     check_model(*prefix_lm)
+
+
+def test_both_models_are_upstreams_base_model(encdec, prefix_lm):
+    for model, params, batch in (encdec, prefix_lm):
+        assert isinstance(model, BaseModel)
+        np.testing.assert_array_equal(
+            model.predict_batch(params, batch), model.predict_batch_with_aux(params, batch)[0]
+        )
+        np.testing.assert_allclose(model.eval_fn(params, batch)[0], model.loss_fn(params, batch, None)[0])
+    with pytest.raises(TypeError, match="abstract"):
+        BaseModel()
 
 
 def test_models_name_their_feature_converters():

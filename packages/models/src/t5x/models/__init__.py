@@ -1,6 +1,7 @@
 """T5-family encoder-decoders and causal / prefix-LM decoders in Flax, with t5x parameter names."""
 
 from t5x.models._attention import MultiHeadDotProductAttention, dot_product_attention
+from t5x.models._base import BaseModel
 from t5x.models._config import DecoderOnlyConfig, T5Config
 from t5x.models._cpu_kernels import cpu_kernels_ready
 from t5x.models._flops import decoder_only_flops_per_token, encoder_decoder_flops_per_token
@@ -45,6 +46,7 @@ from t5x.models._step_kernels import CpuKernels
 from t5x.models._transformer import DecoderOnlyTransformer, EncoderDecoderTransformer
 
 __all__ = [
+    "BaseModel",
     "hf_to_t5x_params",
     "t5x_to_hf_state",
     "mtf_to_t5x_state",

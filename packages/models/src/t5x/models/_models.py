@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t5x import decoding
+from t5x.models._base import BaseModel
 from t5x.models._config import DecoderOnlyConfig, T5Config
 from t5x.models._cpu_kernels import PACKED, pack_decode_kernels
 from t5x.models._flops import decoder_only_flops_per_token, encoder_decoder_flops_per_token
@@ -90,7 +91,7 @@ def _run_init(init: Callable[[jax.Array], PyTree], rng: jax.Array) -> dict[str, 
     return flax.core.unfreeze(lowered.compile(compiler_options=options)(rng))
 
 
-class _TransformerModel:
+class _TransformerModel(BaseModel):
     """Loss, metrics and scoring shared by both model classes."""
 
     module: Any
