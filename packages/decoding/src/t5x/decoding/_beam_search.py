@@ -13,13 +13,20 @@ import numpy as np
 from t5x.decoding import _checks
 from t5x.decoding._beams import (
     brevity_penalty,
-    cache_gather_beams,
     cache_map,
     flat_batch_beam_expand,
     flatten_beam_dim,
     gather_beams,
     keep_scalars,
+    select_beams,
     unflatten_beam_dim,
+)
+from t5x.decoding._reorder import (
+    first_divergence,
+    index_bounds,
+    index_matches,
+    reorder_cache,
+    tag_writes,
 )
 from t5x.decoding._select import top_k
 from t5x.decoding._state import NEG_INF, DecodingState, PyTree
@@ -47,6 +54,11 @@ class BeamState:
     finished_seqs: jax.Array
     finished_flags: jax.Array
     cache: PyTree
+
+
+# Reorder only the written span of attention caches (see `t5x.decoding._reorder`); False
+# gathers every cache leaf whole, the reference the tests compare against.
+_REORDER_WRITTEN_SPAN = True
 
 
 def _read_position(seqs: jax.Array, index: jax.Array) -> jax.Array:
@@ -160,6 +172,29 @@ def beam_search(
         ),
     )
 
+    start_bounds = index_bounds(init.cache) if _REORDER_WRITTEN_SPAN else None
+
+    def written_span(
+        index: jax.Array, old_cache: PyTree, new_cache: PyTree, writers: jax.Array
+    ) -> tuple[jax.Array, jax.Array] | None:
+        """Cache positions where the beams of an active example may differ after this step.
+
+        At most ``[lo, hi)``: what any step may have written, by ``cache_index`` or
+        ``cur_index``. Where every ``cache_index`` agrees with ``cur_index`` the step wrote
+        where ``writers`` says, and ``lo`` moves up to the first position where the beams of
+        an active example descend from different writers (beams soon share an ancestor).
+        Examples that are done are left out: what their rows hold is never read again.
+        """
+        end_bounds = index_bounds(new_cache)
+        if start_bounds is None or end_bounds is None:
+            return None
+        lo = jnp.minimum(start_bounds[0], jnp.min(index0))
+        active = index < length
+        tracked = index_matches(old_cache, jnp.repeat(index, beams), jnp.repeat(active, beams))
+        shared = first_divergence(writers, batch, beams, active)
+        lo = jnp.where(tracked, jnp.maximum(lo, shared), lo)
+        return lo, jnp.maximum(end_bounds[1], jnp.max(index) + 1)
+
     def can_continue(state: BeamState) -> jax.Array:
         """Per example: not at the end, and some live beam could still enter the finished set."""
         # Log-probabilities only fall as tokens are added, so dividing today's best by the
@@ -173,7 +208,8 @@ def beam_search(
         )
         return (state.cur_index < length) & (worst_finished <= best_live)
 
-    def body(state: BeamState) -> BeamState:
+    def body(carry: tuple[BeamState, jax.Array]) -> tuple[BeamState, jax.Array]:
+        state, writers = carry
         index = state.cur_index
         flat_index = jnp.repeat(index, beams)
         flat_seqs = flatten_beam_dim(state.live_seqs)
@@ -233,10 +269,12 @@ def beam_search(
 
         def pick_parents(x: jax.Array) -> jax.Array:
             x = unflatten_beam_dim(x, batch, beams, cache_offset)
-            x = cache_gather_beams({"x": x}, parent, batch, beams, beams, True, cache_offset)["x"]
-            return flatten_beam_dim(x, cache_offset)
+            return flatten_beam_dim(select_beams(x, parent, cache_offset), cache_offset)
 
-        live_cache = cache_map(pick_parents, new_cache)
+        writers = tag_writes(writers, flat_index)
+        span = written_span(index, state.cache, new_cache, writers)
+        live_cache = reorder_cache(new_cache, pick_parents, span, cache_offset)
+        writers = flatten_beam_dim(select_beams(unflatten_beam_dim(writers, batch, beams), parent))
 
         # Finished set: merge the old finished beams with the new ones, keep the best.
         penalty = brevity_penalty(alpha, index + 1)[:, None]
@@ -265,44 +303,39 @@ def beam_search(
             cache=live_cache,
         )
         if initial_index is None:
-            return new_state
+            return new_state, writers
         # Examples started from a later pre-fill index reach the end first; they sit still
         # while the others finish.
-        return _keep_where_done(state, new_state, index < length, beams, cache_offset)
+        return _keep_where_done(state, new_state, index < length), writers
 
-    final = jax.lax.while_loop(lambda s: jnp.any(can_continue(s)), body, init)
+    # Who wrote each position of each row's cache (see `tag_writes`), to find how far back
+    # the beams share their content; positions past `width` are never written.
+    writers0 = jnp.zeros((batch * beams, width), jnp.int32)
+    final, _ = jax.lax.while_loop(lambda carry: jnp.any(can_continue(carry[0])), body, (init, writers0))
     has_finished = jnp.any(final.finished_flags, axis=1)
     sequences = jnp.where(has_finished[:, None, None], final.finished_seqs, final.live_seqs)
     scores = jnp.where(has_finished[:, None], final.finished_scores, final.live_logprobs)
     return sequences[:, :, 1:], scores
 
 
-def _keep_where_done(
-    old: BeamState, new: BeamState, active: jax.Array, beams: int, cache_offset: int
-) -> BeamState:
-    """Takes ``new`` for active examples and ``old`` for the others."""
+def _keep_where_done(old: BeamState, new: BeamState, active: jax.Array) -> BeamState:
+    """Takes ``new`` for active examples and ``old`` for the others (the cache: always ``new``)."""
 
-    def choose(new_x: jax.Array, old_x: jax.Array, axis: int, rows_per_example: int) -> jax.Array:
-        mask = jnp.repeat(active, rows_per_example)
-        mask = mask.reshape((1,) * axis + mask.shape + (1,) * (new_x.ndim - axis - 1))
-        return jnp.where(mask, new_x, old_x)
+    def choose(new_x: jax.Array, old_x: jax.Array) -> jax.Array:
+        return jnp.where(active.reshape(active.shape + (1,) * (new_x.ndim - 1)), new_x, old_x)
 
-    fields = {}
-    for field in (
-        "cur_index",
-        "live_logprobs",
-        "finished_scores",
-        "live_seqs",
-        "finished_seqs",
-        "finished_flags",
-    ):
-        fields[field] = choose(getattr(new, field), getattr(old, field), 0, 1)
-    new_leaves, treedef = jax.tree_util.tree_flatten(new.cache)
-    old_leaves = jax.tree_util.tree_leaves(old.cache)
-    leaves = [
-        n
-        if np.ndim(n) == 0 or np.shape(n)[cache_offset] != active.shape[0] * beams
-        else choose(n, o, cache_offset, beams)
-        for n, o in zip(new_leaves, old_leaves)
-    ]
-    return BeamState(cache=jax.tree_util.tree_unflatten(treedef, leaves), **fields)
+    fields = {
+        field: choose(getattr(new, field), getattr(old, field))
+        for field in (
+            "cur_index",
+            "live_logprobs",
+            "finished_scores",
+            "live_seqs",
+            "finished_seqs",
+            "finished_flags",
+        )
+    }
+    # The cache is taken as the step left it, also for examples that are done: they stay done,
+    # so what their rows hold only feeds logits that are thrown away. Keeping the old cache
+    # would keep it alive past the step's in-place write, a copy of every leaf at every step.
+    return BeamState(cache=new.cache, **fields)

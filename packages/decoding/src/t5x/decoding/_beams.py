@@ -34,7 +34,8 @@ def brevity_penalty(alpha: float, length: Any) -> jax.Array:
     return jnp.power((5.0 + jnp.asarray(length, jnp.float32)) / 6.0, alpha)
 
 
-def _leaf_name(path: tuple[Any, ...]) -> Any:
+def leaf_name(path: tuple[Any, ...]) -> Any:
+    """The dict key or attribute name of a leaf from its pytree path (None if it has none)."""
     if not path:
         return None
     key = path[-1]
@@ -42,6 +43,16 @@ def _leaf_name(path: tuple[Any, ...]) -> Any:
         if hasattr(key, attr):
             return getattr(key, attr)
     return None
+
+
+def cache_leaf_kind(path: tuple[Any, ...], leaf: Any) -> str:
+    """``"index"`` (a ``cache_index``), ``"shared"`` (one value for the batch) or ``"per_example"``."""
+    name = leaf_name(path)
+    if name == _INDEX_LEAF_NAME:
+        return "index"
+    if np.ndim(leaf) == 0 or name in _SHARED_LEAF_NAMES:
+        return "shared"
+    return "per_example"
 
 
 def cache_map(fn: Callable[[jax.Array], jax.Array], cache: PyTree, apply_to_index: bool = False) -> PyTree:
@@ -63,12 +74,10 @@ def cache_map(fn: Callable[[jax.Array], jax.Array], cache: PyTree, apply_to_inde
     """
 
     def visit(path: tuple[Any, ...], leaf: Any) -> Any:
-        name = _leaf_name(path)
-        if name == _INDEX_LEAF_NAME:
+        kind = cache_leaf_kind(path, leaf)
+        if kind == "index":
             return fn(leaf) if apply_to_index else leaf
-        if np.ndim(leaf) == 0 or name in _SHARED_LEAF_NAMES:
-            return leaf
-        return fn(leaf)
+        return fn(leaf) if kind == "per_example" else leaf
 
     return jax.tree_util.tree_map_with_path(visit, cache)
 
@@ -181,6 +190,33 @@ def _gather_fn(
         return x[rows, beam_indices] if offset == 0 else x[:, rows, beam_indices]
 
     return gather_direct
+
+
+def select_beams(x: jax.Array, beam_indices: jax.Array, offset: int = 0) -> jax.Array:
+    """``out[b, j] = x[b, beam_indices[b, j]]`` for one ``[batch, old_beam, ...]`` array, by selects.
+
+    A chain of elementwise selects over the old beams: exact for any values (a one-hot sum
+    turns inf into NaN), it keeps a batch-sharded array sharded without collectives and,
+    unlike a one-hot contraction, reads each old beam once per output.
+
+    Args:
+      x: ``[batch, old_beam, ...]`` (``[layers, batch, old_beam, ...]`` when ``offset`` is 1).
+      beam_indices: ``[batch, new_beam]`` int indices into the old beam axis.
+      offset: position of the batch axis (0 or 1).
+
+    Returns:
+      ``[batch, new_beam, ...]`` (``[layers, batch, new_beam, ...]``).
+    """
+    if offset not in (0, 1):
+        raise ValueError(f"beam gathers support a batch axis at offset 0 or 1, got offset={offset}")
+    old_beam = x.shape[offset + 1]
+    shape = (1,) * offset + beam_indices.shape + (1,) * (x.ndim - offset - 2)
+    which = beam_indices.reshape(shape)
+    out_shape = (*x.shape[: offset + 1], beam_indices.shape[1], *x.shape[offset + 2 :])
+    out = jnp.broadcast_to(jax.lax.slice_in_dim(x, 0, 1, axis=offset + 1), out_shape)
+    for beam in range(1, old_beam):
+        out = jnp.where(which == beam, jax.lax.slice_in_dim(x, beam, beam + 1, axis=offset + 1), out)
+    return out
 
 
 def gather_beams(
