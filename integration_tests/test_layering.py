@@ -105,7 +105,9 @@ def _private_imports() -> dict[tuple[str, str], int]:
     files = [*ROOT.glob("tools/*.py"), *ROOT.glob("packages/*/src/t5x/**/*.py")]
     for path in sorted(files):
         relative = path.relative_to(ROOT).as_posix()
-        owner = path.relative_to(ROOT).parts[1] if relative.startswith("packages/") else None
+        # The package is t5x.<name>, as the pattern reads it: the folder (or module) under t5x/.
+        parts = path.relative_to(ROOT).parts
+        owner = pathlib.Path(parts[4]).stem if relative.startswith("packages/") else None
         text = path.read_text()
         for match in _PRIVATE_IMPORT.finditer(text):
             package, module = match.groups()
