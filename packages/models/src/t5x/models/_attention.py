@@ -8,6 +8,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from t5x.models._cpu_kernels import cache_attention, float32_only
 from t5x.models._joined import joined_kernel
@@ -46,13 +47,11 @@ def dot_product_attention(
     """
     if float32_logits:
         query, key = query.astype(jnp.float32), key.astype(jnp.float32)
-    # bqhd,bkhd->bhqk
-    logits = dot_general(query, key, (((3,), (3,)), ((0, 2), (0, 2))), matmul_dtype)
-    if bias is not None:
-        logits = logits + bias.astype(logits.dtype)
-    # Softmax statistics in float32 whatever the activation dtype.
-    weights = jax.nn.softmax(logits.astype(jnp.float32)).astype(dtype)
-    if not deterministic and dropout_rate > 0.0:
+    dropout = not deterministic and dropout_rate > 0.0
+    if not dropout and matmul_dtype is None:
+        return _attention_recomputed(query, key, value, bias, jnp.dtype(dtype))
+    weights = _attention_weights(query, key, bias, dtype, matmul_dtype)[1]
+    if dropout:
         assert dropout_rng is not None, "attention dropout needs a PRNG key"
         keep_prob = 1.0 - dropout_rate
         shape = list(weights.shape)
@@ -61,9 +60,79 @@ def dot_product_attention(
         weights = weights * (
             jnp.broadcast_to(keep, weights.shape).astype(dtype) / jnp.asarray(keep_prob, dtype)
         )
+    return _weighted_values(weights, value, dtype, matmul_dtype)
+
+
+def _attention_weights(
+    query: jax.Array, key: jax.Array, bias: jax.Array | None, dtype: Any, matmul_dtype: Any = None
+) -> tuple[jax.Array, jax.Array]:
+    """The softmax over ``q.k + bias``: ``([batch, heads, q_len, kv_len]`` float32, the same in ``dtype``)."""
+    # bqhd,bkhd->bhqk
+    logits = dot_general(query, key, (((3,), (3,)), ((0, 2), (0, 2))), matmul_dtype)
+    if bias is not None:
+        logits = logits + bias.astype(logits.dtype)
+    # Softmax statistics in float32 whatever the activation dtype.
+    weights = jax.nn.softmax(logits.astype(jnp.float32))
+    return weights, weights.astype(dtype)
+
+
+def _weighted_values(weights: jax.Array, value: jax.Array, dtype: Any, matmul_dtype: Any = None) -> jax.Array:
     # bhqk,bkhd->bhqd, then bqhd
     out = dot_general(weights, value.astype(dtype), (((3,), (1,)), ((0, 1), (0, 2))), matmul_dtype)
     return jnp.swapaxes(out, 1, 2)
+
+
+# Attention whose backward pass recomputes the weights from the query and key instead of keeping
+# them: autodiff of the plain formula keeps three [batch, heads, q_len, kv_len] arrays per layer
+# for the backward pass (the exponentials, the broadcast normaliser, the weights), the largest
+# part of a training step's memory at long sequences (DEC-S at 512 tokens: 2.4 of 5.7 GiB). The
+# recomputation costs one q.k product and one softmax per layer.
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _attention_recomputed(
+    query: jax.Array, key: jax.Array, value: jax.Array, bias: jax.Array | None, dtype: Any
+) -> jax.Array:
+    return _weighted_values(_attention_weights(query, key, bias, dtype)[1], value, dtype)
+
+
+def _attention_recomputed_fwd(query, key, value, bias, dtype):  # type: ignore[no-untyped-def]
+    return _attention_recomputed(query, key, value, bias, dtype), (query, key, value, bias)
+
+
+def _attention_recomputed_bwd(dtype, residuals, grad):  # type: ignore[no-untyped-def]
+    # The barrier keeps XLA from merging this recomputation with the forward pass's (the same
+    # operations on the same operands), and, as it takes the incoming gradient too, from
+    # scheduling it before the backward pass reaches this layer: either would keep every
+    # layer's weights alive after all.
+    (query, key, value, bias), grad = lax.optimization_barrier((residuals, grad))
+    weights32, weights = _attention_weights(query, key, bias, dtype)
+    grad = jnp.swapaxes(grad, 1, 2)  # bhqd
+    # bhqk,bhqd->bhkd: the values' gradient; bhqd,bkhd->bhqk: the weights'.
+    d_value = jnp.swapaxes(lax.dot_general(weights, grad, (((2,), (2,)), ((0, 1), (0, 1)))), 1, 2)
+    d_weights = lax.dot_general(grad, value.astype(dtype), (((3,), (3,)), ((0, 1), (0, 2))))
+    # The softmax's backward pass, in float32 as its forward pass.
+    d_weights = d_weights.astype(jnp.float32)
+    d_logits = weights32 * (d_weights - jnp.sum(weights32 * d_weights, axis=-1, keepdims=True))
+    logits_dtype = jnp.result_type(query.dtype, key.dtype)
+    d_logits = d_logits.astype(logits_dtype)
+    # bhqk,bkhd->bhqd and bhqk,bqhd->bhkd, each then b?hd.
+    d_query = jnp.swapaxes(lax.dot_general(d_logits, key, (((3,), (1,)), ((0, 1), (0, 2)))), 1, 2)
+    d_key = jnp.swapaxes(lax.dot_general(d_logits, query, (((2,), (1,)), ((0, 1), (0, 2)))), 1, 2)
+    d_bias = None if bias is None else _sum_to_shape(d_logits, bias.shape).astype(bias.dtype)
+    return (
+        d_query.astype(query.dtype),
+        d_key.astype(key.dtype),
+        d_value.astype(value.dtype),
+        d_bias,
+    )
+
+
+_attention_recomputed.defvjp(_attention_recomputed_fwd, _attention_recomputed_bwd)
+
+
+def _sum_to_shape(x: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """``x`` summed over the axes along which an array of ``shape`` was broadcast to it."""
+    x = jnp.sum(x, axis=tuple(range(x.ndim - len(shape))))
+    return jnp.sum(x, axis=tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1), keepdims=True)
 
 
 def _write_slot(cache: jax.Array, new: jax.Array, index: jax.Array) -> jax.Array:
