@@ -21,7 +21,7 @@ Workloads:
           first) and the peak resident memory.
 
 Usage:
-    python tools/bench_launch_defaults.py [--workloads encdec,demo,faults] [--configs glibc,hugetlb,keep,all]
+    python tools/bench_launch_defaults.py [--workloads encdec,demo,faults] [--configs glibc,hugetlb,keep,all,launcher]
         [--rounds 3] [--workdir DIR] [--json OUT]
 """
 
@@ -46,6 +46,10 @@ CONFIGS = {
     "hugetlb": "glibc.malloc.hugetlb=1",
     "keep": f"glibc.malloc.hugetlb=1:{_KEEP}",
     "all": f"glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1:{_KEEP}",
+    # The launcher's default for CPU jobs: as "all", but buffers of 256 MiB and more are mapped
+    # afresh and given back each step, which bounds the heap's fragmentation.
+    "launcher": "glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1:glibc.malloc.mmap_threshold=268435456"
+    ":glibc.malloc.trim_threshold=9223372036854775807",
     "arena1": "glibc.malloc.arena_max=1",
 }
 TOOLS = pathlib.Path(__file__).resolve().parent
@@ -193,7 +197,7 @@ def _table(workload: str, runs: dict[str, list[dict]]) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workloads", default="encdec,demo")
-    parser.add_argument("--configs", default="glibc,hugetlb,keep,all")
+    parser.add_argument("--configs", default="glibc,hugetlb,keep,all,launcher")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5, help="timed ENCDEC-S steps per run")
     parser.add_argument("--batches", type=int, default=150, help="timed pipeline batches per run")
