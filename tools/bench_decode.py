@@ -297,22 +297,31 @@ def attention_alone(kind: str, batch: int, prompt: int, new: int, repeats: int =
     return median_seconds(lambda: jax.block_until_ready(run(query, caches)), repeats) / new
 
 
-def step_split(kind: str, model, params, batch: int, args, call_s: float, kernel_shapes) -> dict:
+def step_split(kind: str, params, batch: int, args, whole_call, features, kernel_shapes) -> dict:
     """A greedy step's time, split into weight products / attention / the rest, and its floor.
 
     The step is ``(call - call with one new token) / (new tokens - 1)``, so the encoder or the
-    prompt's prefill drops out. Bytes streamed per step: every product's float32 weights, and
-    the keys and values the attention reads (the visible part, half the new tokens on average);
-    the floor is those bytes at XLA's measured read bandwidth.
+    prompt's prefill drops out. Both calls are timed here, alternating, 5 times each with
+    nothing in between: the whole call's time from the run against the peer carries what the
+    peer's last call left behind (it came out 15% above this one, which put a third of the
+    step into "rest"). Bytes streamed per step: every product's float32 weights, and the keys
+    and values the attention reads (the visible part, half the new tokens on average); the
+    floor is those bytes at XLA's measured read bandwidth.
     """
     short, arrays = build(kind, batch, args.prompt, 1)
-    features = {k: jnp.asarray(v) for k, v in arrays.items()}
-    compiled, _ = compile_predict(short, params, features, "greedy")
-    jax.block_until_ready(compiled(params, features, jax.random.PRNGKey(0)))
-    one_step_s = median_seconds(
-        lambda: jax.block_until_ready(compiled(params, features, jax.random.PRNGKey(0))), 3
-    )
-    step_s = (call_s - one_step_s) / max(args.new_tokens - 1, 1)
+    short_features = {k: jnp.asarray(v) for k, v in arrays.items()}
+    short_call, _ = compile_predict(short, params, short_features, "greedy")
+    whole_s, one_step_s = [], []
+    for _ in range(6):  # the first pair warms up
+        for call, inputs, times in (
+            (whole_call, features, whole_s),
+            (short_call, short_features, one_step_s),
+        ):
+            start = time.perf_counter()
+            jax.block_until_ready(call(params, inputs, jax.random.PRNGKey(0)))
+            times.append(time.perf_counter() - start)
+    call_s, one_s = statistics.median(whole_s[1:]), statistics.median(one_step_s[1:])
+    step_s = (call_s - one_s) / max(args.new_tokens - 1, 1)
     layers, _, first, cross = cache_geometry(kind, args.prompt, args.new_tokens)
     visible = first + (args.new_tokens + 1) / 2 + cross
     cache_bytes = layers * 2 * batch * HEADS * HEAD_DIM * visible * 4
@@ -320,7 +329,8 @@ def step_split(kind: str, model, params, batch: int, args, call_s: float, kernel
     bandwidth = read_bandwidth()
     return {
         "step_s": step_s,
-        "one_new_token_call_s": one_step_s,
+        "whole_call_alone_s": call_s,
+        "one_new_token_call_s": one_s,
         "attention_s_per_step": attention_alone(kind, batch, args.prompt, args.new_tokens),
         "bytes_per_step": weight_bytes + cache_bytes,
         "read_bandwidth_gb_s": bandwidth / 1e9,
@@ -438,7 +448,7 @@ def run_model(
     if split:
         result["products_s_per_step"] = ours_products
         unjoined = step_kernel_shapes(params, joined=False)
-        result.update(step_split(kind, model, params, batch, args, median, unjoined))
+        result.update(step_split(kind, params, batch, args, compiled, features, unjoined))
         if result["step_s"] > result["products_s_per_step"]:
             result["split_ms"] = split_ms(result)
         # else the two calls' difference drowned in noise (a busy machine): no split to report
@@ -592,7 +602,9 @@ def _print_models(results: list[dict]) -> None:
                 f"{'':15} step {split['step']:.2f} ms = products {split['products']:.2f} + attention "
                 f"{split['attention']:.2f} + rest {split['rest']:.2f}; floor {split['floor']:.2f} ms "
                 f"({r['bytes_per_step'] / 1e6:.0f} MB at {r['read_bandwidth_gb_s']:.1f} GB/s), "
-                f"step / floor {split['step'] / split['floor']:.2f}x"
+                f"step / floor {split['step'] / split['floor']:.2f}x; a call alone "
+                f"{r['whole_call_alone_s']:.3f} s, of which before the first step "
+                f"{r['one_new_token_call_s']:.3f} s"
             )
 
 
