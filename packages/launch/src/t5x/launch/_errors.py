@@ -26,6 +26,7 @@ _KNOWN_ELSEWHERE = (
     ("t5x.checkpointing", "UnsafeSpecError"),
     ("t5x.checkpointing", "CheckpointIntegrityError"),
     ("t5x.checkpointing", "HfFolderError"),
+    ("t5x.partitioning", "MeshError"),
 )
 # gin appends where a configurable was called from; that says nothing to the user.
 _GIN_CALL_NOTE = re.compile(r"\n\s*In call to configurable '[^']*' \([^)]*\)")

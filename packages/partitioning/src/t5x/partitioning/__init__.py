@@ -6,7 +6,7 @@ from t5x.partitioning._base import BasePartitioner
 from t5x.partitioning._chunker import LocalChunker, LocalChunkInfo
 from t5x.partitioning._context import axis_rules, with_sharding_constraint
 from t5x.partitioning._layout import ProcessChunks, process_chunks
-from t5x.partitioning._mesh import default_mesh, get_cpu_mesh, get_gpu_mesh, get_mesh, make_mesh
+from t5x.partitioning._mesh import MeshError, default_mesh, get_cpu_mesh, get_gpu_mesh, get_mesh, make_mesh
 from t5x.partitioning._multihost import (
     assert_same_across_processes,
     barrier,
@@ -15,7 +15,7 @@ from t5x.partitioning._multihost import (
     is_process_zero,
     on_process_zero,
 )
-from t5x.partitioning._partitioner import PartitionedFunction, PjitPartitioner
+from t5x.partitioning._partitioner import ModelBasedPjitPartitioner, PartitionedFunction, PjitPartitioner
 from t5x.partitioning._rules import (
     AxisNames,
     LogicalAxisRules,
@@ -41,6 +41,8 @@ __all__ = [
     "update_logical_axis_rules",
     "LogicalAxisRules",
     "MeshAxes",
+    "MeshError",
+    "ModelBasedPjitPartitioner",
     "PartitionedFunction",
     "PjitPartitioner",
     "ProcessChunks",

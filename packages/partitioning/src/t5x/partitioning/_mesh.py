@@ -17,6 +17,10 @@ from jax.sharding import AxisType, Mesh
 _TPU_V3_SUBMESH = {1: (1, 1, 1, 1), 2: (1, 1, 1, 2), 4: (2, 1, 1, 2), 8: (2, 2, 1, 2), 16: (4, 2, 1, 2)}
 
 
+class MeshError(ValueError):
+    """Mesh options that do not fit the devices or each other (each message names both)."""
+
+
 def make_mesh(devices: np.ndarray, axis_names: Sequence[str]) -> Mesh:
     """Wraps a device array into a ``Mesh`` whose axes shard automatically (GSPMD).
 
@@ -33,15 +37,15 @@ def make_mesh(devices: np.ndarray, axis_names: Sequence[str]) -> Mesh:
 def _sorted_devices(devices: Sequence[Any] | None) -> list[Any]:
     devices = list(jax.devices() if devices is None else devices)
     if not devices:
-        raise ValueError("no devices given to build a mesh from")
+        raise MeshError("no devices given to build a mesh from")
     return sorted(devices, key=lambda d: (d.process_index, d.id))
 
 
 def _check_partitions(num_partitions: int, num_devices: int) -> None:
     if not isinstance(num_partitions, int) or num_partitions < 1:
-        raise ValueError(f"num_partitions must be a positive int, got {num_partitions!r}")
+        raise MeshError(f"num_partitions must be a positive int, got {num_partitions!r}")
     if num_devices % num_partitions:
-        raise ValueError(
+        raise MeshError(
             f"num_partitions={num_partitions} does not divide the device count {num_devices}; "
             f"choose one of {[p for p in range(1, num_devices + 1) if num_devices % p == 0]}"
         )
@@ -60,16 +64,16 @@ def _process_major_mesh(num_partitions: int, devices: Sequence[Any] | None) -> M
     processes = sorted({d.process_index for d in ordered})
     per_process = len(ordered) // len(processes)
     if any(sum(d.process_index == p for d in ordered) != per_process for p in processes):
-        raise ValueError("every process must contribute the same number of devices to the mesh")
+        raise MeshError("every process must contribute the same number of devices to the mesh")
     inner_model = min(num_partitions, per_process)
     if per_process % inner_model or num_partitions % inner_model:
-        raise ValueError(
+        raise MeshError(
             f"num_partitions={num_partitions} must be a factor or a multiple of the "
             f"{per_process} devices per process"
         )
     outer_model = num_partitions // inner_model
     if len(processes) % outer_model:
-        raise ValueError(
+        raise MeshError(
             f"num_partitions={num_partitions} spans {outer_model} processes, which does not divide "
             f"the {len(processes)} processes"
         )
@@ -139,7 +143,7 @@ def _device_grid(devices: Sequence[Any]) -> np.ndarray:
     lows = np.min(coords, axis=0)
     shape = tuple(int(s) for s in np.max(coords, axis=0) - lows + 1)
     if math.prod(shape) != len(ordered):
-        raise ValueError(f"the {len(ordered)} devices do not fill a hardware grid of shape {shape}")
+        raise MeshError(f"the {len(ordered)} devices do not fill a hardware grid of shape {shape}")
     grid = np.empty(shape, dtype=object)
     for device, c in zip(ordered, coords):
         grid[tuple(np.subtract(c, lows))] = device
@@ -189,37 +193,37 @@ def get_mesh(
     """
     del tile_by_host_if_needed
     if devices is not None and input_devices:
-        raise ValueError("give input_devices or devices, not both")
+        raise MeshError("give input_devices or devices, not both")
     chosen = list(devices if devices is not None else input_devices or jax.devices(backend))
     grid = _device_grid(_sorted_devices(chosen))
     submesh = tuple(int(s) for s in model_parallel_submesh)
     if len(submesh) != grid.ndim:
-        raise ValueError(
+        raise MeshError(
             f"model_parallel_submesh {submesh} must have {grid.ndim} entries, one per dimension of the "
             f"hardware grid of shape {grid.shape}"
         )
     if any(s < 1 or g % s for g, s in zip(grid.shape, submesh)):
-        raise ValueError(
+        raise MeshError(
             f"each dimension of model_parallel_submesh {submesh} must divide the corresponding "
             f"dimension of the hardware grid {grid.shape}"
         )
     owner = input_local_devices[0].process_index if input_local_devices else grid.flat[0].process_index
     local = _local_block(grid, owner)
     if any(g % size for g, size in zip(grid.shape, local)):
-        raise ValueError(f"per-process device block {local} does not tile the hardware grid {grid.shape}")
+        raise MeshError(f"per-process device block {local} does not tile the hardware grid {grid.shape}")
     split: list[int] = []
     for g, m, block in zip(grid.shape, submesh, local):
         # Split each grid dimension into data-hosts, data-devices, model-hosts, model-devices.
         if m >= block:
             if m % block:
-                raise ValueError(
+                raise MeshError(
                     f"model_parallel_submesh {submesh} must be a factor or a multiple of the per-process "
                     f"block {local} in every dimension"
                 )
             split += [g // m, 1, m // block, block]
         else:
             if block % m:
-                raise ValueError(
+                raise MeshError(
                     f"model_parallel_submesh {submesh} must be a factor or a multiple of the per-process "
                     f"block {local} in every dimension"
                 )
@@ -284,16 +288,16 @@ def default_mesh(
     """
     ordered = _sorted_devices(devices)
     if (ici_mesh_shape is None) != (dcn_mesh_shape is None):
-        raise ValueError("give both ici_mesh_shape and dcn_mesh_shape for a multi-slice mesh, or neither")
+        raise MeshError("give both ici_mesh_shape and dcn_mesh_shape for a multi-slice mesh, or neither")
     if ici_mesh_shape is not None and dcn_mesh_shape is not None:
         if len(ici_mesh_shape) != 3 or len(dcn_mesh_shape) != 3:
-            raise ValueError(
+            raise MeshError(
                 f"ici_mesh_shape {tuple(ici_mesh_shape)} and dcn_mesh_shape {tuple(dcn_mesh_shape)} must "
                 "have 3 entries: (replica, data, model)"
             )
         total = math.prod(ici_mesh_shape) * math.prod(dcn_mesh_shape)
         if total != len(ordered):
-            raise ValueError(f"the multi-slice mesh has {total} devices but {len(ordered)} are available")
+            raise MeshError(f"the multi-slice mesh has {total} devices but {len(ordered)} are available")
         grid = mesh_utils.create_hybrid_device_mesh(ici_mesh_shape, dcn_mesh_shape, devices=ordered)
         return make_mesh(grid, ("replica", "data", "model"))
     if model_parallel_submesh:

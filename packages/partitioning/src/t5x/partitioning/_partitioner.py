@@ -14,7 +14,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from t5x.interfaces import DataLayout
 from t5x.partitioning._context import axis_rules
 from t5x.partitioning._layout import ProcessChunks, process_chunks
-from t5x.partitioning._mesh import default_mesh
+from t5x.partitioning._mesh import MeshError, default_mesh
 from t5x.partitioning._rules import (
     LogicalAxisRules,
     get_logical_axes,
@@ -57,6 +57,17 @@ def _mesh_axes_of(entry: Any) -> tuple[str, ...]:
     return (entry,) if isinstance(entry, str) else tuple(entry)
 
 
+def _backend_devices(backend: str) -> list[Any]:
+    try:
+        return list(jax.devices(backend))
+    except RuntimeError as error:
+        available = sorted({d.platform for d in jax.devices()})
+        raise MeshError(
+            f"PjitPartitioner(backend={backend!r}): this machine has no {backend!r} devices "
+            f"(available: {', '.join(available)}); set backend = None to use the default platform"
+        ) from error
+
+
 class PjitPartitioner:
     """Places data and programs on a ``('data', 'model')`` mesh by logical axis names.
 
@@ -79,6 +90,9 @@ class PjitPartitioner:
         devices: Sequence[Any] | None = None,
         ici_mesh_shape: Sequence[int] | None = None,
         dcn_mesh_shape: Sequence[int] | None = None,
+        backend: str | None = None,
+        params_on_devices: bool = True,
+        use_cpu_pjit: bool = False,
     ):
         """Builds the mesh and fixes the rules.
 
@@ -94,19 +108,35 @@ class PjitPartitioner:
           ici_mesh_shape: multi-slice ``(replica, data, model)`` sizes in a slice.
           dcn_mesh_shape: multi-slice ``(replica, data, model)`` sizes across slices;
             the ``batch`` rule then shards over ``('replica', 'data')``.
+          backend: the JAX platform whose devices make the mesh (``'cpu'``, ``'gpu'``,
+            ``'tpu'``; None: the default platform), as upstream.
+          params_on_devices: upstream's switch for restoring parameters onto the
+            devices; kept as the attribute of that name (this partitioner always
+            places arrays on the mesh).
+          use_cpu_pjit: accepted for upstream's configs; the mesh already spans the
+            CPU devices when the platform is the CPU.
 
         Raises:
           ValueError: conflicting options, or a mesh that does not fit the devices.
         """
+        # Upstream's older gin files write `model_parallel_submesh = ()` for "none".
+        model_parallel_submesh = tuple(model_parallel_submesh) if model_parallel_submesh else None
         if num_partitions is not None and model_parallel_submesh is not None:
-            raise ValueError(
+            raise MeshError(
                 f"give num_partitions ({num_partitions}) or model_parallel_submesh "
                 f"({tuple(model_parallel_submesh)}), not both"
             )
-        if mesh is not None and (num_partitions or model_parallel_submesh or devices or ici_mesh_shape):
-            raise ValueError(
-                "an explicit mesh excludes num_partitions, model_parallel_submesh, devices and ici/dcn shapes"
+        if mesh is not None and (
+            num_partitions or model_parallel_submesh or devices or ici_mesh_shape or backend
+        ):
+            raise MeshError(
+                "an explicit mesh excludes num_partitions, model_parallel_submesh, devices, backend and "
+                "ici/dcn shapes"
             )
+        if backend is not None and devices is None:
+            devices = _backend_devices(backend)
+        self.params_on_devices = params_on_devices
+        del use_cpu_pjit
         self.mesh: Mesh = mesh or default_mesh(
             num_partitions,
             model_parallel_submesh,
@@ -148,9 +178,9 @@ class PjitPartitioner:
         chunks = self._data_chunks
         batch_size = chunks.mesh_size if batch_size is None else batch_size
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+            raise MeshError(f"batch_size must be a positive int, got {batch_size!r}")
         if batch_size % chunks.mesh_size:
-            raise ValueError(
+            raise MeshError(
                 f"batch size {batch_size} is not divisible by the data-parallel size {chunks.mesh_size} "
                 f"(mesh axes {self._data_axes} of mesh {dict(self.mesh.shape)}); use a multiple of "
                 f"{chunks.mesh_size}"
@@ -386,3 +416,7 @@ class PjitPartitioner:
         jitted = jax.jit(traced, out_shardings=self.get_sharding(logical_axes))
         with axis_rules(self.mesh, self.logical_axis_rules):
             return jitted(*placed_args)
+
+
+class ModelBasedPjitPartitioner(PjitPartitioner):
+    """Upstream t5x's earlier name for `PjitPartitioner`; its 2022 gin files configure this one."""
