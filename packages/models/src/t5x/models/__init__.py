@@ -27,7 +27,13 @@ from t5x.models._losses import (
     get_loss_normalizing_factor_and_weights,
     token_cross_entropy,
 )
-from t5x.models._models import DecoderOnlyModel, EncoderDecoderModel, prefill_spans
+from t5x.models._models import (
+    DecoderOnlyModel,
+    EncoderDecoderModel,
+    get_input_vocabulary,
+    get_output_vocabulary,
+    prefill_spans,
+)
 from t5x.models._mtf_names import mtf_to_t5x_state, mtf_variable_to_t5x, t5_config_from_params
 from t5x.models._network import (
     Decoder,
@@ -78,6 +84,8 @@ __all__ = [
     "combine_masks",
     "compute_metrics",
     "compute_weighted_cross_entropy",
+    "get_input_vocabulary",
+    "get_output_vocabulary",
     "cpu_kernels_ready",
     "cross_entropy_with_logits",
     "token_cross_entropy",

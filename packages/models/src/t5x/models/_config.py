@@ -75,6 +75,8 @@ class T5Config:
       max_distance: distance beyond which all positions share the last bucket.
       per_layer_relpos_bias: one relative-position table per layer (UMT5)
         instead of one per stack.
+      layer_relpos_name: the per-layer table's module name (``<layer>/<name>/
+        rel_embedding``); upstream's scalable-T5 network names it ``relative_posemb``.
     """
 
     vocab_size: int
@@ -95,6 +97,7 @@ class T5Config:
     num_buckets: int = 32
     max_distance: int = 128
     per_layer_relpos_bias: bool = False
+    layer_relpos_name: str = "relpos_bias"
 
     def __post_init__(self) -> None:
         _check_common(self)
@@ -129,6 +132,7 @@ class DecoderOnlyConfig:
     num_buckets: int = 32
     max_distance: int = 128
     per_layer_relpos_bias: bool = False
+    layer_relpos_name: str = "relpos_bias"
 
     def __post_init__(self) -> None:
         _check_common(self)

@@ -104,7 +104,10 @@ class _TransformerModel(BaseModel):
         label_smoothing: float,
         loss_normalizing_factor: Any,
         decode_fn: Callable[..., Any],
+        feature_converter_cls: Any = None,
     ) -> None:
+        if feature_converter_cls is not None:
+            self.feature_converter_cls = feature_converter_cls
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing!r}")
         self.z_loss = float(z_loss)
@@ -269,6 +272,11 @@ class _TransformerModel(BaseModel):
         return self.module.clone(step_kernels=mode), variables
 
     @property
+    def FEATURE_CONVERTER_CLS(self) -> Any:
+        """Upstream's name for ``feature_converter_cls``."""
+        return self.feature_converter_cls
+
+    @property
     def eos_id(self) -> int:
         """End-of-sequence id of the output vocabulary (1 when none was given)."""
         vocab = getattr(self, "output_vocabulary", None)
@@ -301,6 +309,7 @@ class EncoderDecoderModel(_TransformerModel):
         loss_normalizing_factor: Any = None,
         decode_fn: Callable[..., Any] = decoding.beam_search,
         cpu_kernels: bool | str | CpuKernels = "auto",
+        feature_converter_cls: Any = None,
     ) -> None:
         """Builds the model.
 
@@ -319,9 +328,11 @@ class EncoderDecoderModel(_TransformerModel):
           module: upstream's keyword: an ``EncoderDecoderTransformer`` instead of ``config``.
           optimizer_def: upstream's keyword: the optimizer the launcher trains with
             (kept as ``optimizer_def``; None: the launcher's default).
+          feature_converter_cls: upstream's keyword: the feature converter class the
+            launcher builds the model's batches with (None: the class attribute).
         """
         network = _network_of(config, module, EncoderDecoderTransformer, T5Config, "EncoderDecoderModel")
-        super().__init__(z_loss, label_smoothing, loss_normalizing_factor, decode_fn)
+        super().__init__(z_loss, label_smoothing, loss_normalizing_factor, decode_fn, feature_converter_cls)
         self.config = network.config
         self.module = network
         self.cpu_kernels = cpu_kernels
@@ -511,6 +522,7 @@ class DecoderOnlyModel(_TransformerModel):
         loss_normalizing_factor: Any = None,
         decode_fn: Callable[..., Any] = decoding.temperature_sample,
         cpu_kernels: bool | str | CpuKernels = "auto",
+        feature_converter_cls: Any = None,
     ) -> None:
         """Builds the model.
 
@@ -526,14 +538,17 @@ class DecoderOnlyModel(_TransformerModel):
           cpu_kernels: as for ``EncoderDecoderModel``.
           module: upstream's keyword: a ``DecoderOnlyTransformer`` instead of ``config``.
           optimizer_def: as for ``EncoderDecoderModel``.
+          feature_converter_cls: as for ``EncoderDecoderModel`` (upstream's pre-packed
+            tasks use ``seqio.PassThroughFeatureConverter``).
         """
         network = _network_of(config, module, DecoderOnlyTransformer, DecoderOnlyConfig, "DecoderOnlyModel")
-        super().__init__(z_loss, label_smoothing, loss_normalizing_factor, decode_fn)
+        super().__init__(z_loss, label_smoothing, loss_normalizing_factor, decode_fn, feature_converter_cls)
         self.config = network.config
         self.module = network
         self.cpu_kernels = cpu_kernels
         self.optimizer_def = optimizer_def
         self.vocabulary = vocabulary
+        self.input_vocabulary = vocabulary
         self.output_vocabulary = vocabulary
         self.inputs_bidirectional_attention = inputs_bidirectional_attention
         self._prefill_jit = jax.jit(self._prefill)
@@ -709,3 +724,13 @@ class DecoderOnlyModel(_TransformerModel):
     def flops_per_token(self, model_feature_lengths: Mapping[str, int]) -> float:
         """Training FLOPs per token (see ``decoder_only_flops_per_token``)."""
         return decoder_only_flops_per_token(self.config, model_feature_lengths)
+
+
+def get_input_vocabulary(model: Any) -> Any:
+    """The vocabulary a model reads its inputs with (upstream's gin plumbing for export and infer)."""
+    return model.input_vocabulary
+
+
+def get_output_vocabulary(model: Any) -> Any:
+    """The vocabulary a model writes its outputs with."""
+    return model.output_vocabulary

@@ -40,9 +40,11 @@ def relpos_module(cfg: Any, name: str = "relpos_bias") -> RelativePositionBiases
     )
 
 
-def _causal_relpos_bias(cfg: Any, length: int, decode: bool) -> jax.Array | RelativeBias:
+def _causal_relpos_bias(
+    cfg: Any, length: int, decode: bool, name: str = "relpos_bias"
+) -> jax.Array | RelativeBias:
     """A decoder's causal relative-position bias; lazy when decoding (a step reads only its rows)."""
-    relpos = relpos_module(cfg)
+    relpos = relpos_module(cfg, name)
     return relpos.lazy(length, length, False) if decode else relpos(length, length, False)
 
 
@@ -103,7 +105,7 @@ class EncoderLayer(nn.Module):
         """
         cfg = self.config
         if cfg.per_layer_relpos_bias:
-            bias = relpos_module(cfg)(inputs.shape[-2], inputs.shape[-2], True)
+            bias = relpos_module(cfg, cfg.layer_relpos_name)(inputs.shape[-2], inputs.shape[-2], True)
         inputs = constrain(inputs, _BLC)
         x = LayerNorm(dtype=cfg.dtype, name="pre_attention_layer_norm")(inputs)
         x = _attention(cfg, "attention")(x, x, mask, bias, deterministic=deterministic)
@@ -148,7 +150,7 @@ class DecoderLayer(nn.Module):
         cfg = self.config
         if cfg.per_layer_relpos_bias:
             length = int(max_decode_length) if decode and max_decode_length else inputs.shape[-2]
-            bias = _causal_relpos_bias(cfg, length, decode)
+            bias = _causal_relpos_bias(cfg, length, decode, cfg.layer_relpos_name)
         inputs = constrain(inputs, _BLC)
         x = LayerNorm(dtype=cfg.dtype, name="pre_self_attention_layer_norm")(inputs)
         x = _attention(cfg, "self_attention", self.step_kernels)(

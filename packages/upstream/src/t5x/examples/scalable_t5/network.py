@@ -2,7 +2,9 @@
 
 Scalable T5 is T5.1.1 with its layers stacked by ``lax.scan`` (the layer axis
 at position 1 of every parameter) and optional rematerialisation; t5x.models
-builds both layouts from the same config.
+builds both layouts from the same config. Unlike upstream's ``t5`` network,
+every layer has its own relative-position table, ``<layer>/relative_posemb``
+(the architecture UMT5 was trained with).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ class T5Config(models.T5Config):
 
     scan_layers: bool = True
     param_scan_axis: int = 1
+    per_layer_relpos_bias: bool = True
+    layer_relpos_name: str = "relative_posemb"
 
     def __post_init__(self) -> None:
         super().__post_init__()
