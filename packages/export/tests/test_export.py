@@ -105,6 +105,28 @@ def test_sentencepiece_and_beam_search_inside_the_graph(tiny_model, spm_vocabula
     np.testing.assert_allclose(served["output_1"], exported.reference["output_1"], rtol=1e-5, atol=1e-4)
 
 
+def test_all_decodes_of_a_beam_search(byte_model, tmp_path):
+    """Upstream's export run file asks for every beam: output_0 / output_1 are [batch, beams]."""
+    model, params = byte_model
+    texts = TEXTS[:3]
+    exported = export_saved_model(
+        model, params, tmp_path / "beams", task_feature_lengths=LENGTHS, num_decodes=3,
+        return_all_decodes=True, reference_inputs=texts,
+    )  # fmt: skip
+    served = _serve(exported.path, texts)
+    assert served["output_0"].shape == (3, 3) and served["output_1"].shape == (3, 3)
+    assert [[t.decode() for t in row] for row in served["output_0"]] == exported.reference["output_0"]
+    np.testing.assert_allclose(served["output_1"], exported.reference["output_1"], rtol=1e-5, atol=1e-4)
+    # The best of them is what the default (one decode per input) returns.
+    best = reference_outputs(
+        model, params, texts, mode="predict", task_feature_lengths=LENGTHS, num_decodes=3,
+        input_vocabulary=model.input_vocabulary, output_vocabulary=model.output_vocabulary,
+    )  # fmt: skip
+    order = np.argsort(served["output_1"], axis=1)[:, -1]
+    assert [row[i] for row, i in zip(exported.reference["output_0"], order, strict=True)] == best["output_0"]
+    assert json.loads((exported.path / METADATA_FILE).read_text())["all_decodes"] == 3
+
+
 def test_sentencepiece_graph_tokens_equal_python_tokens(spm_vocabulary):
     from t5x.export._features import padded_ids_np, padded_ids_tf
     from t5x.export._text import graph_tokenizer

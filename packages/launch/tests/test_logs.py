@@ -61,7 +61,8 @@ def test_train_prints_a_line_per_log_period_and_names_the_files_it_wrote(tmp_pat
     named = last.split(": ", 1)[1].split(", ")
     for entry in ("checkpoint_3/", "checkpoint_6/", "config.gin", "metrics.jsonl", "model-info.txt"):
         assert entry in named, named
-    assert "inference_eval/synthetic_sort_digits-6.jsonl" in named
+    assert "inference_eval/synthetic_sort_digits-000006.jsonl" in named
+    assert "inference_eval/synthetic_sort_digits-metrics.jsonl" in named
     assert any(name.startswith("train/events.out.tfevents.") for name in named), named
     on_disk = {p.name for p in model_dir.iterdir() if p.is_file()}
     assert on_disk <= set(named), (on_disk, named)

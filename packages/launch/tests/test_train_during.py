@@ -90,7 +90,7 @@ def test_inference_eval_runs_every_eval_period(evaluated, capsys):
     eval_steps = sorted({line["step"] for line in lines if "synthetic_copy/loss" in line})
     assert eval_steps == [2, 4, 6]
     for step in (2, 4, 6):
-        assert (evaluated / "inference_eval" / f"synthetic_copy-{step}.jsonl").exists()
+        assert (evaluated / "inference_eval" / f"synthetic_copy-{step:06d}.jsonl").exists()
 
 
 def test_best_checkpoint_and_checkpoint_steps_are_kept(evaluated):

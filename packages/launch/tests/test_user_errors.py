@@ -358,3 +358,31 @@ def test_config_json_that_is_not_json_is_named(tmp_path, capsys):
     (folder / "model.safetensors").write_bytes(b"")
     assert main(["convert", f"--from=hf:{folder}", f"--to=t5x:{tmp_path / 'out'}"]) == 2
     assert f"{folder / 'config.json'}: not valid JSON" in capsys.readouterr().err
+
+
+def test_a_decoder_only_model_without_prompts_is_refused_before_decoding():
+    from t5x import models
+    from t5x.launch._assembly import check_prompts
+    from t5x.tasks import Feature, FunctionDataSource, Task
+    from t5x.vocabularies import ByteVocabulary
+
+    def task(features):
+        return Task(
+            "prompts_" + "_".join(features),
+            FunctionDataSource(lambda split, shuffle_files: None, splits=("train",)),
+            output_features={name: Feature(ByteVocabulary()) for name in features},
+        )
+
+    config = models.DecoderOnlyConfig(
+        vocab_size=300, emb_dim=8, num_heads=1, head_dim=8, num_layers=1, mlp_dim=8
+    )
+    decoder = models.DecoderOnlyModel(config, ByteVocabulary())
+    with pytest.raises(ConfigurationError, match=r"prompts_targets has only the features \['targets'\]"):
+        check_prompts(decoder, task(["targets"]), "infer mode 'predict'")
+    check_prompts(decoder, task(["inputs", "targets"]), "infer mode 'predict'")  # a prompt to continue
+    encoder_decoder = models.EncoderDecoderModel(
+        models.T5Config(vocab_size=300, emb_dim=8, num_heads=1, head_dim=8, mlp_dim=8, num_encoder_layers=1,
+                        num_decoder_layers=1),
+        ByteVocabulary(), ByteVocabulary(),
+    )  # fmt: skip
+    check_prompts(encoder_decoder, task(["targets"]), "infer mode 'predict'")

@@ -15,15 +15,18 @@ from t5x.export._export import (
     reference_outputs,
 )
 from t5x.export._stablehlo import target_version as stablehlo_target_version
+from t5x.export._warmup import WARMUP_FILE, write_warmup_requests
 
 __all__ = [
     "INPUT_NAME",
     "METADATA_FILE",
     "REFERENCE_FILE",
     "SIGNATURE",
+    "WARMUP_FILE",
     "ExportError",
     "ExportedModel",
     "export_saved_model",
     "reference_outputs",
     "stablehlo_target_version",
+    "write_warmup_requests",
 ]

@@ -136,7 +136,12 @@ def _tf_params(params: Any, as_variables: bool) -> Any:
 
 
 def _predict_fn(
-    model: Any, targets_length: int, decoder_params: Mapping[str, Any] | None, num_decodes: int, seed: int
+    model: Any,
+    targets_length: int,
+    decoder_params: Mapping[str, Any] | None,
+    num_decodes: int,
+    seed: int,
+    return_all_decodes: bool = False,
 ):
     def predict(params: Any, encoder_input_tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
         if isinstance(model, DecoderOnlyModel):
@@ -152,6 +157,7 @@ def _predict_fn(
             rng=jax.random.PRNGKey(seed),
             decoder_params=decoder_params,
             num_decodes=num_decodes,
+            return_all_decodes=return_all_decodes,
         )
         return decodes.astype(jnp.int32), aux["scores"].astype(jnp.float32)
 
@@ -193,6 +199,7 @@ def export_saved_model(
     targets_add_eos: bool = True,
     decoder_params: Mapping[str, Any] | None = None,
     num_decodes: int = 1,
+    return_all_decodes: bool = False,
     seed: int = 0,
     split_separator: str = "\t",
     params_as_variables: bool = True,
@@ -227,6 +234,9 @@ def export_saved_model(
       decoder_params: extra keyword arguments of the model's ``decode_fn`` (e.g.
         ``{"temperature": 0.0}``), fixed at export time.
       num_decodes: beams or samples per example (the best one is returned).
+      return_all_decodes: return every one of them instead, as upstream's export run file
+        asks: ``output_0`` / ``output_1`` are then ``[batch, num_decodes]``, ordered by
+        increasing score as the model returns them.
       seed: the PRNG seed of sampling decoders (the same for every request).
       split_separator: score mode's separator of inputs and targets.
       params_as_variables: TF variables (True) or graph constants (False).
@@ -264,7 +274,7 @@ def export_saved_model(
 
     if mode == "predict":
         model_tf = jax2tf.convert(
-            _predict_fn(model, lengths["targets"], decoder_params, num_decodes, seed),
+            _predict_fn(model, lengths["targets"], decoder_params, num_decodes, seed, return_all_decodes),
             polymorphic_shapes=[None, f"({batch_dim}, {lengths['inputs']})"],
             with_gradient=False,
         )
@@ -272,6 +282,9 @@ def export_saved_model(
         def serve(text_batch: tf.Tensor) -> dict[str, tf.Tensor]:
             enc = _features.padded_ids_tf(in_tok, text_batch, lengths["inputs"], inputs_add_eos)
             decodes, scores = model_tf(module.params, enc)
+            if return_all_decodes:  # [batch, num_decodes, length]: detokenize the rows, keep the grid
+                texts = out_tok.decode(tf.reshape(decodes, [-1, lengths["targets"]]))
+                return {"output_0": tf.reshape(texts, [-1, num_decodes]), "output_1": scores}
             return {"output_0": out_tok.decode(decodes), "output_1": scores}
 
     else:
@@ -304,6 +317,7 @@ def export_saved_model(
         "mode": mode,
         "input": INPUT_NAME,
         "outputs": list(OUTPUT_NAMES[mode]),
+        "all_decodes": num_decodes if mode == "predict" and return_all_decodes else None,
         "batch_size": batch_size,
         "task_feature_lengths": lengths,
         "split_separator": split_separator if mode == "score" else None,
@@ -326,6 +340,7 @@ def export_saved_model(
             targets_add_eos=targets_add_eos,
             decoder_params=decoder_params,
             num_decodes=num_decodes,
+            return_all_decodes=return_all_decodes,
             seed=seed,
             split_separator=split_separator,
         )
@@ -346,6 +361,7 @@ def reference_outputs(
     targets_add_eos: bool = True,
     decoder_params: Mapping[str, Any] | None = None,
     num_decodes: int = 1,
+    return_all_decodes: bool = False,
     seed: int = 0,
     split_separator: str = "\t",
 ) -> dict[str, list[Any]]:
@@ -355,9 +371,13 @@ def reference_outputs(
         enc = _features.padded_ids_np(input_vocabulary, texts, lengths["inputs"], inputs_add_eos)
         with _xla_decoding(model):
             decodes, scores = jax.jit(
-                _predict_fn(model, lengths["targets"], decoder_params, num_decodes, seed)
+                _predict_fn(model, lengths["targets"], decoder_params, num_decodes, seed, return_all_decodes)
             )(params, enc)
-        decoded = [output_vocabulary.decode(np.asarray(row)) for row in np.asarray(decodes)]
+        decodes = np.asarray(decodes)
+        rows = decodes.reshape(-1, decodes.shape[-1])
+        decoded: list[Any] = [output_vocabulary.decode(row) for row in rows]
+        if return_all_decodes:
+            decoded = [decoded[i : i + num_decodes] for i in range(0, len(decoded), num_decodes)]
         return {"inputs": texts, "output_0": decoded, "output_1": np.asarray(scores).tolist()}
     pairs = [[*t.split(split_separator, 1), ""][:2] for t in texts]
     enc = _features.padded_ids_np(input_vocabulary, [p[0] for p in pairs], lengths["inputs"], inputs_add_eos)

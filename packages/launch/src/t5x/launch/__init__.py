@@ -23,6 +23,7 @@ from t5x.launch._local import run_local
 from t5x.launch._malloc import add_malloc_defaults, restart_with_malloc_defaults, user_environment
 from t5x.launch._model_dir_lock import ModelDirInUseError
 from t5x.launch._platform import apply_cpu_kernels_override, cpu_kernels_override, job_runs_on_cpu
+from t5x.launch._precompile import PrecompileResult, precompile
 from t5x.launch._preemption import Preempted
 from t5x.launch._study import StudyResult, StudyRun, grid_config, run_study
 from t5x.launch._tpu import run_tpu, tpu_commands
@@ -56,6 +57,8 @@ __all__ = [
     "JobResult",
     "ModelDirInUseError",
     "Preempted",
+    "PrecompileResult",
+    "precompile",
     "evaluate",
     "infer",
     "parse_gin",

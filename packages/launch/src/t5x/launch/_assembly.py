@@ -74,3 +74,24 @@ def check_vocabularies(model: Any, provider: Any) -> None:
             f"{provider.name}'s feature {name!r}, {feature.vocabulary!r}; configure the model "
             "with the task's vocabulary (or pick a task that uses the model's)"
         )
+
+
+def check_prompts(model: Any, provider: Any, why: str) -> None:
+    """Checks that a decoder-only model has prompts to continue: the task's ``inputs`` feature.
+
+    Decoding a decoder-only model continues each example's ``inputs``; a task
+    with targets only (a language-modelling task) has none, and the model
+    refuses the batch deep inside decoding.
+
+    Raises:
+      ConfigurationError: naming the task, its features and what to do instead.
+    """
+    from t5x.models import DecoderOnlyModel
+
+    if not isinstance(model, DecoderOnlyModel) or "inputs" in provider.output_features:
+        return
+    raise ConfigurationError(
+        f"{why}: the decoder-only model decodes a continuation of each example's 'inputs', but "
+        f"{provider.name} has only the features {sorted(provider.output_features)}; use a task with an "
+        "'inputs' feature (the prompt), or score the targets instead (infer mode 'score', score metrics)"
+    )

@@ -178,10 +178,16 @@ def _cmd_precompile(args: argparse.Namespace, bindings: list[str]) -> int:
     import gin
 
     import t5x.launch
-    from t5x.launch._precompile import TRAIN_PROGRAMS, cache_entries, precompile
+    from t5x.launch._precompile import precompile
 
     parse_gin(_gin_args(args, bindings))
     check_required_macros()
+    extension_job = configured_job("precompile", _no_job)
+    if extension_job is not _no_job:
+        # An upstream run file (runs/precompile.gin) binds its own precompile.
+        result = _run_configured(extension_job, "MODEL_DIR")
+        _print_precompiled(result)
+        return 0
     job = configured_job("train", t5x.launch.train)
     if job is not t5x.launch.train:
         raise GinConfigError(
@@ -194,7 +200,17 @@ def _cmd_precompile(args: argparse.Namespace, bindings: list[str]) -> int:
             "(then MODEL_DIR/compilation_cache)"
         )
     add_gin_flags(os.environ)  # the config's own XLA flags: they are part of the programs' cache key
-    result = precompile(**{**gin.get_bindings(job), "cache_dir": str(directory)})
+    _print_precompiled(precompile(**{**gin.get_bindings(job), "cache_dir": str(directory)}))
+    return 0
+
+
+def _no_job() -> None:
+    """Stands for "no job bound" in `configured_job` lookups."""
+
+
+def _print_precompiled(result: Any) -> None:
+    from t5x.launch._precompile import TRAIN_PROGRAMS, cache_entries
+
     for name in TRAIN_PROGRAMS:
         entries = cache_entries(result.cache_dir, name)
         print(
@@ -207,7 +223,6 @@ def _cmd_precompile(args: argparse.Namespace, bindings: list[str]) -> int:
         "config and cache folder loads them",
         flush=True,
     )
-    return 0
 
 
 def _reusing_gin_args(
@@ -494,15 +509,48 @@ def _export_gin_files(args: argparse.Namespace, bindings: list[str]) -> list[str
 
 
 def _cmd_export(args: argparse.Namespace, bindings: list[str]) -> int:
-    """A SavedModel of the checkpoint for serving (t5x.export.export_saved_model, configured by gin)."""
+    """A SavedModel of the checkpoint for serving (t5x.export.export_saved_model, configured by gin).
+
+    When the given gin files bind an extension's export job (upstream t5x's run file
+    ``t5x/configs/runs/export.gin`` binds t5x-upstream's ``export_lib.save``), that job
+    runs with its own macros, and runs/export.gin's are not read.
+    """
     import gin
 
     import t5x.export
     from t5x.launch._zero_shot import load_checkpoint_params
 
-    files = _export_gin_files(args, bindings)
     paths = tuple(p for entry in args.gin_search_paths for p in entry.split(",") if p)
-    parse_gin(GinArgs(tuple(files), (*_flagged(args.gin_bindings), *bindings), paths, _EXPORT_MACROS))
+    given = (*_flagged(args.gin_bindings), *bindings)
+    if args.gin_file:
+        try:
+            parse_gin(GinArgs(tuple(args.gin_file), given, paths, _EXPORT_MACROS))
+        except GinConfigError:
+            job: Any = None  # not complete without runs/export.gin: parsed with it below, errors and all
+        else:
+            job = configured_job("export", t5x.export.export_saved_model)
+        if job is not None and job is not t5x.export.export_saved_model:
+            check_required_macros()
+            add_gin_flags(os.environ)
+            try:
+                exported: Any = gin.get_configurable(job)()
+            except t5x.export.ExportError as error:
+                raise UserError(f"cannot export: {error}") from error
+            except (ValueError, TypeError) as error:
+                if not is_user_error(error) and ("gin" in str(error) or "macro" in str(error)):
+                    raise explain_gin_error(error) from None
+                raise
+            if getattr(exported, "path", None) is not None:
+                write_config_gin(pathlib.Path(exported.path))
+                imports = getattr(exported, "load_imports", ())
+                loading = f"; import {', '.join(imports)} before loading" if imports else ""
+                mode = getattr(exported, "mode", "")
+                print(f"[t5x-launch] exported a {mode} SavedModel (serving_default){loading}", flush=True)
+                print_files_written(exported.path)
+            return 0
+
+    files = _export_gin_files(args, bindings)
+    parse_gin(GinArgs(tuple(files), given, paths, _EXPORT_MACROS))
     check_required_macros()
     # A run's config.gin binds the model's parameters in the scope of its macro (MODEL/...).
     with gin.config_scope("MODEL"):

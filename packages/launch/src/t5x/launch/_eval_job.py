@@ -26,7 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from t5x.launch._assembly import check_components, check_vocabularies, feature_converter_for, get_provider
+from t5x.launch._assembly import (
+    check_components,
+    check_prompts,
+    check_vocabularies,
+    feature_converter_for,
+    get_provider,
+)
 from t5x.launch._configs import DatasetConfig
 from t5x.launch._errors import ConfigurationError
 from t5x.launch._inference import DecodeProgress, InferenceReport
@@ -97,38 +103,53 @@ def _allgather_pairs(pairs: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
     return out
 
 
-def model_callables(
-    model: Any,
-    params: Any,
-    partitioner: Any,
-    batch_size: int,
-    *,
-    seed: int = 0,
-    decode_kwargs: Mapping[str, Any] | None = None,
-) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """``(predict_with_aux_fn, score_fn)`` over this process's rows, compiled once per batch shape.
+class ModelCallables:
+    """``predict_with_aux(batch)`` and ``score(batch)`` over this process's rows, for the Evaluator.
 
-    Each takes a batch of ``per_shard_batch_size`` rows (this process's part
-    of a ``batch_size`` step) and returns its rows' outputs.
+    Each takes a batch of ``per_shard_batch_size`` rows (this process's part of
+    a ``batch_size`` step) and returns its rows' outputs, computed with the
+    current ``params``. A program is compiled once per batch shape and kind, and
+    serves every later ``params`` of the same layout (the checkpoints of an
+    ``eval``, the evaluations of a training run).
     """
-    import jax
 
-    from t5x.training import batch_shardings, sharding_for
+    def __init__(
+        self,
+        model: Any,
+        partitioner: Any,
+        batch_size: int,
+        *,
+        seed: int = 0,
+        decode_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        layout = partitioner.get_data_layout(batch_size)
+        self._rows = layout.per_shard_batch_size
+        self._first = layout.shard_id * self._rows
+        self._model = model
+        self._partitioner = partitioner
+        self._seed = seed
+        self._decode_kwargs = dict(decode_kwargs or {})
+        self._compiled: dict[Any, Callable[..., Any]] = {}
+        self._calls = 0
+        self.params: Any = None
 
-    layout = partitioner.get_data_layout(batch_size)
-    rows = layout.per_shard_batch_size
-    first = layout.shard_id * rows
-    params_shardings = jax.tree.map(
-        lambda p: p.sharding if isinstance(p, jax.Array) else sharding_for(partitioner, ()), params
-    )
-    replicated = sharding_for(partitioner, ())
-    compiled: dict[Any, Callable[..., Any]] = {}
-    calls = [0]
+    def _program(self, kind: str, global_batch: Mapping[str, Any]) -> Callable[..., Any]:
+        import jax
 
-    def run(kind: str, batch: Mapping[str, np.ndarray]) -> Any:
-        global_batch = partitioner.host_local_to_global(dict(batch))
-        key = (kind, *sorted((k, v.shape, str(v.dtype)) for k, v in global_batch.items()))
-        if key not in compiled:
+        from t5x.training import batch_shardings, sharding_for
+
+        replicated = sharding_for(self._partitioner, ())
+        params_shardings = jax.tree.map(
+            lambda p: p.sharding if isinstance(p, jax.Array) else replicated, self.params
+        )
+        key = (
+            kind,
+            jax.tree.structure(self.params),
+            tuple(jax.tree.leaves(params_shardings)),
+            *sorted((k, v.shape, str(v.dtype)) for k, v in global_batch.items()),
+        )
+        if key not in self._compiled:
+            model, decode_kwargs = self._model, self._decode_kwargs
             if kind == "score":
 
                 def step(params: Any, batch: Any, rng: Any) -> Any:
@@ -137,26 +158,34 @@ def model_callables(
             else:
 
                 def step(params: Any, batch: Any, rng: Any) -> Any:
-                    return model.predict_batch_with_aux(params, batch, rng, **dict(decode_kwargs or {}))
+                    return model.predict_batch_with_aux(params, batch, rng, **decode_kwargs)
 
-            compiled[key] = partitioner.partition(
+            self._compiled[key] = self._partitioner.partition(
                 step,
-                in_shardings=(params_shardings, batch_shardings(partitioner, global_batch), replicated),
+                in_shardings=(params_shardings, batch_shardings(self._partitioner, global_batch), replicated),
                 out_shardings=replicated,
             )
-        rng = jax.random.fold_in(jax.random.PRNGKey(seed), calls[0])
-        calls[0] += 1
-        out = partitioner.global_to_host_local(compiled[key](params, global_batch, rng))
-        return jax.tree.map(lambda a: np.asarray(a)[first : first + rows], out)
+        return self._compiled[key]
 
-    def predict_with_aux(batch: Mapping[str, np.ndarray]) -> Any:
-        tokens, aux = run("predict", batch)
+    def _run(self, kind: str, batch: Mapping[str, np.ndarray]) -> Any:
+        import jax
+
+        if self.params is None:
+            raise RuntimeError("ModelCallables: set params before calling")
+        global_batch = self._partitioner.host_local_to_global(dict(batch))
+        rng = jax.random.fold_in(jax.random.PRNGKey(self._seed), self._calls)
+        self._calls += 1
+        out = self._partitioner.global_to_host_local(
+            self._program(kind, global_batch)(self.params, global_batch, rng)
+        )
+        return jax.tree.map(lambda a: np.asarray(a)[self._first : self._first + self._rows], out)
+
+    def predict_with_aux(self, batch: Mapping[str, np.ndarray]) -> Any:
+        tokens, aux = self._run("predict", batch)
         return tokens, dict(aux)
 
-    def score(batch: Mapping[str, np.ndarray]) -> Any:
-        return run("score", batch)
-
-    return predict_with_aux, score
+    def score(self, batch: Mapping[str, np.ndarray]) -> Any:
+        return self._run("score", batch)
 
 
 # ---- can this checkpoint's model serve the task? ----------------------------------------------
@@ -291,6 +320,124 @@ def _longest(evaluator: Any) -> dict[str, int]:
     return lengths
 
 
+def _check_prompts(model: Any, tasks: Any) -> None:
+    """Every task decoded for its prediction metrics gives a decoder-only model its prompt."""
+    for task in tasks:
+        if task.predict_metric_fns:
+            check_prompts(model, task, f"the task {task.name}'s prediction metrics")
+
+
+def make_evaluator(
+    provider: Any,
+    converter: Any,
+    cfg: DatasetConfig,
+    partitioner: Any,
+    log_dir: pathlib.Path,
+    *,
+    max_examples: int | None,
+    logger_cls: tuple[Any, ...],
+) -> Any:
+    """``t5x.tasks.Evaluator`` over ``cfg``'s split, this process's data shard, loggers on process 0.
+
+    ``JSONLogger`` writes seqio's files into ``log_dir``: ``<task>-metrics.jsonl``
+    and ``<task>-<step:06d>.jsonl``.
+    """
+    import jax
+
+    import t5x.tasks
+
+    layout = partitioner.get_data_layout(cfg.batch_size)
+    return t5x.tasks.Evaluator(
+        provider,
+        converter,
+        eval_split=cfg.split,
+        use_cached=cfg.use_cached,
+        seed=cfg.seed if cfg.seed is not None else 42,
+        sequence_length=dict(cfg.task_feature_lengths) if cfg.task_feature_lengths else None,
+        num_examples=max_examples,
+        logger_cls=logger_cls if jax.process_index() == 0 else (),
+        log_dir=str(log_dir),
+        batch_size=layout.per_shard_batch_size,
+        shard_info=layout.shard_info if layout.num_shards > 1 else None,
+        gather_fn=_allgather_pairs if layout.num_shards > 1 else None,
+    )
+
+
+class TrainingInferenceEval:
+    """Inference evaluation during training, as upstream's train does it with seqio's Evaluator.
+
+    The Evaluator (its datasets read once) and the compiled programs are built at
+    the first evaluation and reused. Each evaluation decodes (and scores) the
+    split with the current parameters, writes seqio's files into ``log_dir``
+    (``<task>-<step:06d>.jsonl``, ``<task>-metrics.jsonl``) and the metrics to
+    ``writer`` as ``inference_eval/<task>/<metric>``.
+
+    Attributes:
+      reports: the last evaluation's reports, one per task.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        partitioner: Any,
+        cfg: DatasetConfig,
+        log_dir: pathlib.Path,
+        *,
+        max_examples: int | None,
+        writer: Any,
+        seed: int,
+    ) -> None:
+        self._model = model
+        self._partitioner = partitioner
+        self._cfg = cfg
+        self._log_dir = log_dir
+        self._max_examples = max_examples
+        self._writer = writer
+        self._seed = seed
+        self._evaluator: Any = None
+        self._callables: ModelCallables | None = None
+        self.reports: list[InferenceReport] = []
+        self._provider = get_provider(cfg)
+        _check_prompts(model, self._provider.tasks)  # before training, not at the first evaluation
+
+    def _build(self) -> tuple[Any, ModelCallables]:
+        import t5x.tasks
+
+        if self._evaluator is None:
+            converter = feature_converter_for(self._model, pack=False)
+            self._evaluator = make_evaluator(
+                self._provider,
+                converter,
+                self._cfg,
+                self._partitioner,
+                self._log_dir,
+                max_examples=self._max_examples,
+                logger_cls=(t5x.tasks.JSONLogger,),
+            )
+            self._callables = ModelCallables(
+                self._model, self._partitioner, self._cfg.batch_size, seed=self._seed
+            )
+        assert self._callables is not None
+        return self._evaluator, self._callables
+
+    def __call__(self, step: int, params: Any) -> dict[str, dict[str, float]]:
+        evaluator, callables = self._build()
+        callables.params = params
+        self.reports = run_evaluator(evaluator, callables, step)
+        callables.params = None  # the train state's buffers are donated to the next step
+        if self._writer is not None:
+            for report in self.reports:
+                if report.metrics:
+                    scalars = {f"inference_eval/{report.task}/{k}": v for k, v in report.metrics.items()}
+                    self._writer.write_scalars(step, scalars)
+        _print_inference(self.reports, 0, step=step)
+        return {report.task: report.metrics for report in self.reports}
+
+    def close(self) -> None:
+        if self._evaluator is not None:
+            self._evaluator.close()
+
+
 def evaluate(
     *,
     model: Any,
@@ -353,24 +500,19 @@ def evaluate(
 
     provider = get_provider(dataset_cfg)
     check_vocabularies(model, provider)
-    layout = partitioner.get_data_layout(dataset_cfg.batch_size)
     out = pathlib.Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     writes = jax.process_index() == 0
-    evaluator = t5x.tasks.Evaluator(
+    evaluator = make_evaluator(
         provider,
         converter,
-        eval_split=dataset_cfg.split,
-        use_cached=dataset_cfg.use_cached,
-        seed=dataset_cfg.seed if dataset_cfg.seed is not None else 42,
-        sequence_length=dict(dataset_cfg.task_feature_lengths) if dataset_cfg.task_feature_lengths else None,
-        num_examples=max_examples,
-        logger_cls=(t5x.tasks.JSONLogger, t5x.tasks.TensorBoardLogger) if writes else (),
-        log_dir=str(out),
-        batch_size=layout.per_shard_batch_size,
-        shard_info=layout.shard_info if layout.num_shards > 1 else None,
-        gather_fn=_allgather_pairs if layout.num_shards > 1 else None,
+        dataset_cfg,
+        partitioner,
+        out,
+        max_examples=max_examples,
+        logger_cls=(t5x.tasks.JSONLogger, t5x.tasks.TensorBoardLogger),
     )
+    _check_prompts(model, evaluator.eval_tasks)
     if not evaluator.eval_tasks:
         raise ConfigurationError(
             f"nothing to evaluate: no task of {provider.name} has a split {dataset_cfg.split!r} and metrics "
@@ -394,6 +536,9 @@ def evaluate(
             return [s for s in complete_steps(model_dir) if s not in done]
         return [steps if isinstance(steps, int) else None]
 
+    callables = ModelCallables(
+        model, partitioner, dataset_cfg.batch_size, seed=random_seed, decode_kwargs=decode_kwargs
+    )
     results: list[JobResult] = []
     evaluated: set[int] = set()
     try:
@@ -403,7 +548,7 @@ def evaluate(
                 results.append(
                     _evaluate_step(
                         model, partitioner, converter, dataset_cfg, evaluator, provider, str(path),
-                        step, random_seed, decode_kwargs, show_predictions, str(out),
+                        step, random_seed, callables, show_predictions, str(out),
                     )
                 )  # fmt: skip
                 # The folder's step and the step its state holds (the same, unless a folder was renamed).
@@ -427,7 +572,7 @@ def _evaluate_step(
     checkpoint: str,
     step: int | None,
     seed: int,
-    decode_kwargs: Mapping[str, Any] | None,
+    callables: ModelCallables,
     show_predictions: int,
     output_dir: str,
 ) -> JobResult:
@@ -435,9 +580,17 @@ def _evaluate_step(
 
     params, restored = restore_params(model, partitioner, converter, cfg, checkpoint, step, seed)
     check_task_fits(model, provider, cfg.task_feature_lengths, checkpoint, params)
-    predict_with_aux, score = model_callables(
-        model, params, partitioner, cfg.batch_size, seed=seed, decode_kwargs=decode_kwargs
-    )
+    callables.params = params
+    reports = run_evaluator(evaluator, callables, restored)
+    if jax.process_index() == 0:
+        _print_inference(reports, show_predictions)
+    return JobResult(step=restored, inference=reports, model_dir=output_dir)
+
+
+def run_evaluator(evaluator: Any, callables: ModelCallables, step: int) -> list[InferenceReport]:
+    """Runs the Evaluator with ``callables``' current params; one report per task (with progress lines)."""
+    import jax
+
     progress: dict[tuple[str, str], DecodeProgress] = {}
 
     def on_batch(task: str, kind: str, done: int, total: int) -> None:
@@ -449,13 +602,10 @@ def _evaluate_step(
 
     future = evaluator.evaluate(
         compute_metrics=jax.process_index() == 0,
-        step=restored,
-        predict_with_aux_fn=predict_with_aux,
-        score_fn=score,
+        step=step,
+        predict_with_aux_fn=callables.predict_with_aux,
+        score_fn=callables.score,
         on_batch=on_batch,
     )
     metrics = future.result() if future is not None else {}
-    reports = [_report(evaluator, task, metrics.get(task.name, {})) for task in evaluator.eval_tasks]
-    if jax.process_index() == 0:
-        _print_inference(reports, show_predictions)
-    return JobResult(step=restored, inference=reports, model_dir=output_dir)
+    return [_report(evaluator, task, metrics.get(task.name, {})) for task in evaluator.eval_tasks]

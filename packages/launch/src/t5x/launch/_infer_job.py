@@ -24,7 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from t5x.launch._assembly import check_components, check_vocabularies, feature_converter_for, get_provider
+from t5x.launch._assembly import (
+    check_components,
+    check_prompts,
+    check_vocabularies,
+    feature_converter_for,
+    get_provider,
+)
 from t5x.launch._configs import DatasetConfig
 from t5x.launch._errors import ConfigurationError
 from t5x.launch._inference import DecodeProgress
@@ -237,6 +243,8 @@ def infer(
     apply_cpu_kernels_override(model, os.environ)
     partitioner = _default_partitioner(partitioner)
     provider, split = _provider(model, dataset_cfg, input_files, input_file_format, inputs_key, targets_key)
+    if mode != "score":
+        check_prompts(model, provider, f"infer mode {mode!r}")
     converter = feature_converter_for(model, pack=False)
     check_components(model=model, partitioner=partitioner, feature_converter=converter)
     params, _ = _restore_params(

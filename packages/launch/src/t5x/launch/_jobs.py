@@ -19,7 +19,7 @@ from t5x import interfaces
 from t5x.launch._assembly import check_components, check_vocabularies, feature_converter_for, get_provider
 from t5x.launch._configs import CheckpointConfig, DatasetConfig, RestoreCheckpointConfig
 from t5x.launch._errors import ConfigurationError
-from t5x.launch._inference import InferenceReport, inference_metrics
+from t5x.launch._inference import InferenceReport
 from t5x.launch._model_dir_lock import LOCK_NAME, ModelDirInUseError, ModelDirLock, acquire_model_dir_lock
 from t5x.launch._platform import apply_cpu_kernels_override
 from t5x.launch._preemption import Preempted
@@ -516,24 +516,19 @@ def train(
                 keep_every=save_cfg.keep_every,
             )
             loop_writer = MultiWriter([writer, recorder])
-        reports: list[InferenceReport] = []
         inference_eval = None
         if infer_eval_dataset_cfg is not None:
-            infer_cfg = infer_eval_dataset_cfg
+            from t5x.launch._eval_job import TrainingInferenceEval
 
-            def inference_eval(step: int, params: Any) -> dict[str, dict[str, float]]:
-                reports[:] = inference_metrics(
-                    model,
-                    params,
-                    partitioner,
-                    infer_cfg,
-                    directory / "inference_eval",
-                    step=step,
-                    max_examples=max_inference_examples,
-                    writer=loop_writer,
-                )
-                _print_inference(reports, 0, step=step)
-                return {report.task: report.metrics for report in reports}
+            inference_eval = TrainingInferenceEval(
+                model,
+                partitioner,
+                infer_eval_dataset_cfg,
+                directory / "inference_eval",
+                max_examples=max_inference_examples,
+                writer=loop_writer,
+                seed=random_seed,
+            )
 
         try:
             result = t5x.training.train(
@@ -556,6 +551,7 @@ def train(
             loop_checkpointer.wait_until_finished()
             if result.signal is not None:
                 raise Preempted(result.signal, step=result.step)
+            reports = inference_eval.reports if inference_eval is not None else []
             job = JobResult(
                 step=result.step,
                 losses=result.losses,
@@ -569,6 +565,8 @@ def train(
                 _print_examples(reports, show_predictions)
             _print_stop(result)
         finally:
+            if inference_eval is not None:
+                inference_eval.close()
             checkpointer.close()
             writer.close()
     return job

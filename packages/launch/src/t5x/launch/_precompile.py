@@ -102,7 +102,7 @@ def _structs(shapes: Any, shardings: Any) -> Any:
     )
 
 
-def _compile_init(model: Any, optimizer: Any, partitioner: Any, input_shapes: Any, shardings: Any) -> None:
+def _compile_init(model: Any, partitioner: Any, input_shapes: Any, shardings: Any) -> None:
     """Compiles the program ``t5x.training.init_train_state`` runs, built the same way.
 
     It has to match init_train_state's program exactly (the cache key is the
@@ -110,18 +110,16 @@ def _compile_init(model: Any, optimizer: Any, partitioner: Any, input_shapes: An
     """
     import jax
 
-    from t5x.training import TrainState, bind_param_axes, sharding_for
-
-    captured: dict[str, Any] = {}
+    from t5x.training import TrainState, sharding_for
 
     def variables_fn(rng: Any) -> dict[str, Any]:
         variables = dict(model.get_initial_variables(rng, input_shapes, None))
-        captured["params_axes"] = variables.get("params_axes")
         return {k: v for k, v in variables.items() if not k.endswith("_axes")}
 
+    # The optimizer init_train_state bound to the params' axes: `shardings` (a TrainState)
+    # carries that very object, and the program's output structure must be the same.
+    bound = shardings.optimizer
     rng = jax.random.PRNGKey(0)
-    jax.eval_shape(variables_fn, rng)
-    bound = bind_param_axes(optimizer, captured.get("params_axes"))
 
     def init_fn(rng: Any) -> TrainState:
         return TrainState.create(bound, variables_fn(rng), params_axes=None)
@@ -130,6 +128,18 @@ def _compile_init(model: Any, optimizer: Any, partitioner: Any, input_shapes: An
     program = partitioner.partition(init_fn, in_shardings=(replicated,), out_shardings=shardings)
     key = jax.ShapeDtypeStruct(rng.shape, rng.dtype, sharding=replicated)
     partitioner.compile(program, key)
+
+
+def _dump_hlo(directory: pathlib.Path, lowered: Any, compiled: Any, partitioner: Any) -> None:
+    import numpy as np
+
+    directory.mkdir(parents=True, exist_ok=True)
+    before = lowered.compiler_ir(dialect="hlo").as_serialized_hlo_module_proto()
+    (directory / "lowered_hlo_pre_optimization").write_bytes(before)
+    after = compiled.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()
+    (directory / "lowered_hlo_post_optimization").write_bytes(after)
+    with open(directory / "assignment", "wb") as f:
+        np.save(f, partitioner.mesh.device_ids)
 
 
 def precompile(
@@ -143,6 +153,7 @@ def precompile(
     learning_rate_fn: Callable[[Any], Any] | None = None,
     random_seed: int = 0,
     num_microbatches: int | None = None,
+    hlo_dump_dir: str | None = None,
     **unused_train_args: Any,
 ) -> PrecompileResult:
     """Compiles ``train``'s init function and train step into the persistent compilation cache.
@@ -161,6 +172,10 @@ def precompile(
       learning_rate_fn: step -> learning rate (part of the train step).
       random_seed: the dropout seed (part of the train step).
       num_microbatches: gradient accumulation (part of the train step).
+      hlo_dump_dir: also write the train step's HLO there, as upstream's precompile
+        does: ``lowered_hlo_pre_optimization`` and ``lowered_hlo_post_optimization``
+        (serialized ``HloModuleProto``s) and ``assignment`` (the mesh's device ids,
+        a NumPy ``.npy`` file).
 
     Returns:
       A PrecompileResult.
@@ -190,7 +205,7 @@ def precompile(
     timings: dict[str, float] = {}
 
     start = time.perf_counter()
-    _compile_init(model, optimizer, partitioner, shapes, initialized.shardings)
+    _compile_init(model, partitioner, shapes, initialized.shardings)
     timings["init_fn"] = time.perf_counter() - start
 
     # The feature converters' batches are int32; the train step is keyed by shape and dtype.
@@ -207,9 +222,12 @@ def precompile(
         peak_flops=None,
     )
     start = time.perf_counter()
-    step = trainer._build_train_step(batch)  # the program Trainer.train_step runs
-    partitioner.compile(step, _structs(initialized.shapes, initialized.shardings), batch)
+    step: Any = trainer._build_train_step(batch)  # the program Trainer.train_step runs (partitioned)
+    lowered = step.lower(_structs(initialized.shapes, initialized.shardings), batch)
+    compiled = lowered.compile()
     timings["train_step"] = time.perf_counter() - start
+    if hlo_dump_dir is not None:
+        _dump_hlo(pathlib.Path(hlo_dump_dir), lowered, compiled, partitioner)
 
     added = sorted(set(cache_entries(path)) - before)
     return PrecompileResult(
