@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+from typing import Any
 
 TASK_MODULE = "tiny_upstream_tasks"
 TASK = "tiny_upstream_copy"
@@ -100,3 +101,25 @@ def write_experiment(folder: pathlib.Path, spm_path: str) -> tuple[pathlib.Path,
     pretrain_gin = folder / "tiny_pretrain.gin"
     pretrain_gin.write_text(_PRETRAIN_GIN.format(model_gin=str(model_gin), module=TASK_MODULE))
     return model_gin, pretrain_gin
+
+
+def launch(folder: pathlib.Path, *args: str, expect: int = 0) -> Any:
+    """Runs the installed ``t5x-launch`` in ``folder``, its task module on PYTHONPATH, as users do.
+
+    Returns the completed process; its exit code must be ``expect``.
+    """
+    import os
+    import subprocess
+    import sys
+
+    script = pathlib.Path(sys.executable).with_name("t5x-launch")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(folder))
+    result = subprocess.run(
+        [str(script), *args], cwd=folder, env=env, capture_output=True, text=True, timeout=600
+    )
+    if result.returncode != expect:
+        raise AssertionError(
+            f"t5x-launch {' '.join(args)} exited {result.returncode}, expected {expect}\n"
+            f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+        )
+    return result

@@ -1,6 +1,10 @@
 import pathlib
+import sys
 
 import pytest
+
+# The tests import their shared helpers (_upstream_fixtures); pytest's importlib mode adds no path.
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ import sys
 import gin
 import pytest
 
-from t5x import adafactor, launch, models, optimizers, training
+from t5x import adafactor, launch, models, optimizers, partitioning, training
 from t5x.launch._gin_config import GinArgs, configured_job, macro_value, parse_gin
 from t5x.upstream import _scripts
 
@@ -102,24 +102,53 @@ def _parse_text(tmp_path, text):
     parse_gin(GinArgs((str(path),)))
 
 
+def test_upstreams_earlier_partitioner_name_and_keywords_build_a_pjit_partitioner(tmp_path):
+    # Upstream's 2022 run files: ModelBasedPjitPartitioner with `model_parallel_submesh = ()`.
+    text = (
+        "from __gin__ import dynamic_registration\nfrom t5x import partitioning\n"
+        "P = @partitioning.ModelBasedPjitPartitioner()\n"
+        "partitioning.ModelBasedPjitPartitioner:\n  num_partitions = 1\n  model_parallel_submesh = ()\n"
+        "  params_on_devices = False\n  backend = 'cpu'\n"
+    )
+    _parse_text(tmp_path, text)
+    partitioner = macro_value("P")
+    assert isinstance(partitioner, partitioning.PjitPartitioner)
+    assert dict(partitioner.mesh.shape) == {"data": 1, "model": 1}
+    assert partitioner.params_on_devices is False
+
+
+def test_a_partitioner_backend_the_machine_lacks_is_named(tmp_path):
+    text = (
+        "from __gin__ import dynamic_registration\nfrom t5x import partitioning\n"
+        "P = @partitioning.PjitPartitioner()\npartitioning.PjitPartitioner.backend = 'tpu'\n"
+    )
+    _parse_text(tmp_path, text)
+    with pytest.raises(partitioning.MeshError, match=r"backend='tpu'.*no 'tpu' devices.*available: cpu"):
+        macro_value("P")
+
+
 def test_an_unsupported_upstream_name_says_what_to_use(tmp_path):
-    text = "from __gin__ import dynamic_registration\nfrom t5x import partitioning\nP = @partitioning.ModelBasedPjitPartitioner()\n"
-    with pytest.raises(
-        launch.GinConfigError, match=r"use its successor partitioning\.PjitPartitioner"
-    ) as error:
+    text = "from __gin__ import dynamic_registration\nfrom t5x import interactive_model\n"
+    with pytest.raises(launch.GinConfigError, match=r"t5x-launch infer") as error:
         _parse_text(tmp_path, text)
     assert "user.gin" in str(error.value)
 
 
-def test_an_unsupported_upstream_keyword_says_what_to_use(tmp_path, spm_path):
+def test_a_models_feature_converter_class_is_upstreams_keyword(tmp_path, spm_path):
     text = (
-        "from __gin__ import dynamic_registration\nfrom t5x import models\n"
+        "from __gin__ import dynamic_registration\nimport seqio\nfrom t5x import models\n"
         "include 't5x/examples/decoder_only/models/base.gin'\n"
-        "models.DecoderOnlyModel.feature_converter_cls = None\n"
+        "models.DecoderOnlyModel.feature_converter_cls = @seqio.PassThroughFeatureConverter\n"
+        f"seqio.SentencePieceVocabulary.sentencepiece_model_file = {spm_path!r}\nDROPOUT_RATE = 0.0\n"
     )
-    with pytest.raises(launch.GinConfigError, match="inputs_bidirectional_attention") as error:
-        _parse_text(tmp_path, text)
-    assert "feature_converter_cls" in str(error.value)
+    _parse_text(tmp_path, text)
+    model = macro_value("MODEL")
+    from t5x import seqio
+
+    # gin hands over a subclass of the class it registered
+    assert issubclass(model.feature_converter_cls, seqio.PassThroughFeatureConverter)
+    assert model.FEATURE_CONVERTER_CLS is model.feature_converter_cls
+    assert models.get_input_vocabulary(model) is models.get_output_vocabulary(model) is model.vocabulary
 
 
 @pytest.mark.parametrize(

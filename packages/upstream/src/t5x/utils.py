@@ -137,19 +137,120 @@ def create_learning_rate_scheduler(
     )
 
 
-def get_dataset(*args: Any, **kwargs: Any) -> Any:
-    """Upstream's default ``get_dataset_fn``; named in gin files, never called here.
+def _import_task_module(cfg: DatasetConfig) -> None:
+    if cfg.module:
+        import importlib
 
-    t5x-launch builds its input pipeline itself: a train script configured with
-    this function (the default) reads data as t5x-launch does.
+        importlib.import_module(cfg.module)
+
+
+def _provider(cfg: DatasetConfig) -> Any:
+    from t5x import seqio
+
+    name = cfg.mixture_or_task_name
+    return name if isinstance(name, seqio.DatasetProviderBase) else seqio.get_mixture_or_task(name)
+
+
+def get_vocabulary(cfg: DatasetConfig) -> tuple[Any, Any]:
+    """The ``(inputs, targets)`` vocabularies of the task or mixture ``cfg`` names.
+
+    A task without an ``inputs`` feature (a language model's) gives its targets
+    vocabulary for both, as upstream.
 
     Raises:
-      NotImplementedError: always, when called directly.
+      ValueError: the provider has no ``targets`` feature.
     """
-    raise NotImplementedError(
-        "t5x.utils.get_dataset is accepted as upstream's default get_dataset_fn, but t5x-launch builds "
-        "the input pipeline itself; read a task with seqio.get_dataset (t5x.seqio) instead"
+    _import_task_module(cfg)
+    features = _provider(cfg).output_features
+    if "targets" not in features:
+        raise ValueError(
+            f"{cfg.mixture_or_task_name!r} has no 'targets' feature (it has {sorted(features)}): "
+            "a model needs targets to predict"
+        )
+    targets = features["targets"].vocabulary
+    inputs = features["inputs"].vocabulary if "inputs" in features else targets
+    return inputs, targets
+
+
+def get_dataset(
+    cfg: DatasetConfig,
+    shard_id: int,
+    num_shards: int,
+    feature_converter_cls: Callable[..., Any],
+    num_epochs: int | None = None,
+    continue_from_last_checkpoint: bool = False,
+    batching_fn: Callable[..., Any] | None = None,
+) -> Any:
+    """This host's batches of ``cfg``'s task: seqio's pipeline through the model's feature converter.
+
+    Each of the ``num_shards`` data shards reads its own part of the examples and
+    batches ``batch_size // num_shards`` of them (remainders dropped). A ``seed``
+    of None draws one seed for the run, the same on every host.
+
+    Raises:
+      ValueError: ``continue_from_last_checkpoint`` (this pipeline does not know
+        where a run stopped: t5x-launch's checkpoints hold the input position), or
+        a batch size the shards do not divide.
+    """
+    from t5x import seqio
+
+    if continue_from_last_checkpoint:
+        raise ValueError(
+            "get_dataset(continue_from_last_checkpoint=True) is not supported by this dataset function; "
+            "t5x-launch checkpoints the input position itself"
+        )
+    if cfg.batch_size % num_shards:
+        raise ValueError(
+            f"Batch size ({cfg.batch_size}) must be divisible by number of shards ({num_shards})."
+        )
+    _import_task_module(cfg)
+    seed = cfg.seed
+    if seed is None:
+        from t5x.partitioning import broadcast_seed
+
+        seed = broadcast_seed(None) % 2**31  # a fresh seed, the same on every host
+    converter = feature_converter_cls(pack=cfg.pack, use_custom_packing_ops=cfg.use_custom_packing_ops)
+    dataset = seqio.get_dataset(
+        _provider(cfg).name,
+        cfg.task_feature_lengths,
+        feature_converter=converter,
+        dataset_split=cfg.split,
+        use_cached=cfg.use_cached,
+        shuffle=cfg.shuffle,
+        num_epochs=num_epochs,
+        shard_info=seqio.ShardInfo(index=shard_id, num_shards=num_shards),
+        seed=seed,
+        trim_output_features=cfg.trim_output_features,
     )
+    rows = cfg.batch_size // num_shards
+    if batching_fn is not None:
+        return batching_fn(dataset, rows)
+    return dataset.batch(rows, drop_remainder=True)
+
+
+def get_deterministic_dataset(
+    cfg: DatasetConfig,
+    shard_id: int,
+    num_shards: int,
+    feature_converter_cls: Callable[..., Any],
+    model_dir: str | None = None,
+    start_step: int = 0,
+    num_epochs: int | None = None,
+    continue_from_last_checkpoint: bool = False,
+) -> Any:
+    """``get_dataset`` with a fixed seed (``cfg.seed``, else 0), from batch ``start_step`` on.
+
+    Upstream's ``runs/pretrain_deterministic.gin`` names this as the training
+    ``get_dataset_fn``; under t5x-launch that run's data is read by t5x-launch's own
+    pipeline, which is deterministic by its seed and restarts at the checkpointed
+    position (``model_dir`` is not needed to find it).
+    """
+    del model_dir
+    seeded = dataclasses.replace(cfg, seed=0 if cfg.seed is None else cfg.seed)
+    dataset = get_dataset(
+        seeded, shard_id, num_shards, feature_converter_cls, num_epochs, continue_from_last_checkpoint
+    )
+    return dataset.skip(start_step) if start_step else dataset
 
 
 # --- Small helpers upstream users call directly ---------------------------------

@@ -13,8 +13,10 @@ from t5x.launch import GinExtension
 from t5x.upstream._unsupported import explain_unsupported
 
 GIN_DIR = pathlib.Path(__file__).parent / "gin"
-SCRIPT_NAMES = ("train", "evaluate", "infer")
-_COMMANDS = {"train": "train", "eval": "evaluate", "infer": "infer"}  # t5x-launch command -> script
+# Upstream's run scripts' functions, bound by its run files as `train_script.train`, ...
+SCRIPT_NAMES = ("train", "evaluate", "infer", "precompile", "create_task_from_tfexample_file")
+# t5x-launch command -> the script function its upstream run file binds.
+_COMMANDS = {"train": "train", "eval": "evaluate", "infer": "infer", "precompile": "precompile"}
 
 
 def _scripts() -> dict[str, Any]:
@@ -26,8 +28,9 @@ def _scripts() -> dict[str, Any]:
 def prepare() -> None:
     """Makes upstream gin files' imports resolve: ``import seqio`` and ``import __main__ as train_script``.
 
-    ``__main__`` gets ``train``, ``evaluate`` and ``infer`` unless it defines
-    them itself (a script of the user's keeps its own, as under upstream).
+    ``__main__`` gets upstream's script functions (``train``, ``evaluate``,
+    ``infer``, ``precompile``, ``create_task_from_tfexample_file``) unless it
+    defines them itself (a script of the user's keeps its own, as under upstream).
     """
     from t5x.seqio import install_as_seqio
 
@@ -44,6 +47,11 @@ class _Jobs(dict):
     """command -> upstream script, loaded on first use (keeps the entry point import light)."""
 
     def get(self, command: str, default: Any = None) -> Any:
+        if command == "export":
+            # Upstream's export run file binds a library function, not a script's.
+            from t5x import export_lib
+
+            return export_lib.save
         name = _COMMANDS.get(command)
         if name is None:
             return default

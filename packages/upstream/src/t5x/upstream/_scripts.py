@@ -310,6 +310,19 @@ def _evaluator_examples(evaluator_cls: Any) -> int | None:
     return None
 
 
+def _check_get_dataset_fn(get_dataset_fn: Callable[..., Any] | None) -> None:
+    if _unwrapped(get_dataset_fn) is utils.get_deterministic_dataset:
+        # Upstream's runs/pretrain_deterministic.gin: t5x-launch's pipeline already is.
+        _LOG.info(
+            "get_dataset_fn=get_deterministic_dataset: t5x-launch's input pipeline is deterministic by "
+            "the run's seed and restarts at the checkpointed position"
+        )
+    elif not _is_default(get_dataset_fn, utils.get_dataset):
+        raise _refuse(
+            "get_dataset_fn", get_dataset_fn, "t5x-launch builds the input pipeline from train_dataset_cfg"
+        )
+
+
 def _random_seed(random_seed: int | None) -> int:
     if random_seed is not None:
         return int(random_seed)
@@ -362,10 +375,7 @@ def train(
     Raises:
       UnsupportedUpstreamOption: a keyword or value t5x-launch does not implement.
     """
-    if not _is_default(get_dataset_fn, utils.get_dataset):
-        raise _refuse(
-            "get_dataset_fn", get_dataset_fn, "t5x-launch builds the input pipeline from train_dataset_cfg"
-        )
+    _check_get_dataset_fn(get_dataset_fn)
     if not _is_default(train_eval_get_dataset_fn, utils.get_dataset):
         raise _refuse(
             "train_eval_get_dataset_fn",
@@ -542,3 +552,109 @@ def infer(
         num_shards=num_shards,
         checkpoint_period=checkpoint_period,
     )
+
+
+def _constant_learning_rate(step: Any) -> float:
+    del step
+    return 1e-3
+
+
+def precompile(
+    *,
+    model: Any,
+    train_dataset_cfg: Any,
+    partitioner: Any = None,
+    model_dir: str,
+    random_seed: int | None = None,
+    get_dataset_fn: Callable[..., Any] | None = None,
+) -> Any:
+    """Upstream's ``precompile.precompile`` keywords, compiled by t5x-launch's precompile job.
+
+    The train step and the initialisation are compiled into
+    ``model_dir/compilation_cache``, where a later ``t5x-launch train`` of the
+    same configuration finds them; as upstream, ``model_dir`` also gets the train
+    step's HLO before and after optimisation (``lowered_hlo_pre_optimization``,
+    ``lowered_hlo_post_optimization``: serialized ``HloModuleProto``s) and the
+    mesh's device ids (``assignment``, a NumPy ``.npy``). The learning-rate schedule
+    is part of the compiled step: a gin-configured ``trainer.Trainer``'s, else
+    upstream's constant 1e-3 (whose cache entries then serve only a train with that
+    schedule).
+    """
+    from t5x.launch import precompile as launch_precompile
+
+    _check_get_dataset_fn(get_dataset_fn)
+    settings = _trainer_settings(None)
+    learning_rate_fn = settings.learning_rate_fn
+    if learning_rate_fn is None:
+        _LOG.info("precompile: no trainer.Trainer.learning_rate_fn bound; compiling with upstream's 1e-3")
+        learning_rate_fn = _constant_learning_rate
+    return launch_precompile(
+        model=model,
+        train_dataset_cfg=dataset_config(train_dataset_cfg, who="train_dataset_cfg", measure=False),
+        model_dir=model_dir,
+        partitioner=partitioner,
+        optimizer=optimizers.to_optax(getattr(model, "optimizer_def", None)),
+        learning_rate_fn=learning_rate_fn,
+        random_seed=_random_seed(random_seed),
+        num_microbatches=settings.num_microbatches,
+        hlo_dump_dir=model_dir,
+    )
+
+
+_TFEXAMPLE_READERS = {"tfrecord": "TFRecordDataset"}
+
+
+def create_task_from_tfexample_file(
+    paths: Sequence[str],
+    file_type: str,
+    inputs_key: str,
+    targets_key: str | None,
+    features: Mapping[str, Any],
+    task_id: str | None = None,
+) -> str:
+    """Registers a task reading text features of ``tf.train.Example`` files; returns its name.
+
+    Upstream's ``runs/infer_from_tfexample_file.gin`` binds it as the dataset's
+    ``mixture_or_task_name``: each example's ``inputs_key`` (and ``targets_key``,
+    else an empty target) string is tokenized with ``features``' vocabularies and
+    ends with EOS where the feature adds one. The split is ``'infer'``.
+
+    Raises:
+      ConfigurationError: a file type other than ``'tfrecord'`` (``'recordio'`` and
+        ``'sstable'`` are Google-internal formats), or no file matching ``paths``.
+    """
+    import functools
+    import hashlib
+
+    import tensorflow as tf
+
+    from t5x import seqio
+
+    if file_type not in _TFEXAMPLE_READERS:
+        raise ConfigurationError(
+            f"create_task_from_tfexample_file: file_type={file_type!r} is not readable here; "
+            f"expected one of {sorted(_TFEXAMPLE_READERS)} (write the examples as TFRecord files)"
+        )
+    patterns = [paths] if isinstance(paths, str) else list(paths)
+    if not any(tf.io.gfile.glob(p) for p in patterns):
+        raise ConfigurationError(f"create_task_from_tfexample_file: no file matches {patterns}")
+    keys = {"inputs": inputs_key, "targets": targets_key}
+    description = {k: tf.io.FixedLenFeature([], tf.string) for k in keys.values() if k}
+    if task_id is None:
+        task_id = hashlib.sha1(repr((patterns, file_type, keys)).encode()).hexdigest()[:12]
+    name = f"infer_from_tfexample_file_{task_id}"
+    seqio.TaskRegistry.remove(name)  # the same files again: re-registered with the current features
+    seqio.TaskRegistry.add(
+        name,
+        source=seqio.TFExampleDataSource(
+            {"infer": patterns},
+            feature_description=description,
+            reader_cls=getattr(tf.data, _TFEXAMPLE_READERS[file_type]),
+        ),
+        preprocessors=[
+            functools.partial(seqio.preprocessors.rekey, key_map=keys),
+            seqio.preprocessors.tokenize_and_append_eos,
+        ],
+        output_features=dict(features),
+    )
+    return name

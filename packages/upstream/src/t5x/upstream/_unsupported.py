@@ -10,23 +10,10 @@ import re
 
 # Upstream name (as gin files write it, or its last part) -> what to use instead.
 UNSUPPORTED: dict[str, str] = {
-    "partitioning.ModelBasedPjitPartitioner": "its successor partitioning.PjitPartitioner (same keywords)",
-    "partitioning.PjitPartitioner.backend": "nothing: the mesh uses the JAX backend in use",
-    "checkpoints.SaveBestCheckpointer": "utils.SaveCheckpointConfig.keep (the newest checkpoints are kept)",
-    "trainer.EarlyStoppingAction": "TRAIN_STEPS (t5x-launch train has no early stopping)",
-    "models.EncoderDecoderModel.feature_converter_cls": "nothing: the model picks its feature converter",
-    "models.DecoderOnlyModel.feature_converter_cls": (
-        "inputs_bidirectional_attention (True: prefix LM) - the model picks its feature converter"
-    ),
-    "utils.get_training_eval_datasets": "train_eval_dataset_cfg (t5x-launch builds evaluation data itself)",
-    "utils.TrainStateInitializer": "nothing: t5x-launch initialises the train state itself",
-    "t5x.losses": "the model's z_loss, label_smoothing and loss_normalizing_factor keywords",
-    "export_lib": "nothing: model export (t5x/export.py) is not supported",
     "t5x.contrib": (
         "nothing: upstream's contrib packages (GPU recipes, ...) are not supported; for contrib/moe, t5x-moe "
         "(t5x.moe) with t5x-launch's models/moe/ gin files (upstream's flaxformer MoE gin files do not run)"
     ),
-    "t5x.export_lib": "nothing: model export is not supported",
     "t5x.interactive_model": "t5x-launch infer / t5x.training.infer",
     "t5x.precompile": "nothing: compilation happens at the first step",
 }
