@@ -81,6 +81,18 @@ def _gin_args(args: argparse.Namespace, extra_bindings: Sequence[str]) -> GinArg
     )
 
 
+def _call_configured(job: Callable[..., Any]) -> Any:
+    """Calls ``job`` with its gin bindings; a gin mistake it surfaces is explained as one."""
+    import gin
+
+    try:
+        return gin.get_configurable(job)()
+    except (ValueError, TypeError) as error:
+        if not is_user_error(error) and ("gin" in str(error) or "macro" in str(error)):
+            raise explain_gin_error(error) from None
+        raise
+
+
 def _run_configured(job: Callable[..., Any], output_macro: str) -> Any:
     """Calls the gin-configured ``job`` and writes config.gin into its output folder."""
     import gin
@@ -91,13 +103,7 @@ def _run_configured(job: Callable[..., Any], output_macro: str) -> Any:
             f"the macro {output_macro} is required: set it with --gin.{output_macro}=/path/to/folder"
         )
     add_gin_flags(os.environ)  # the config's own numerics (the demo's); JAX's backend starts in the job
-    configured = gin.get_configurable(job)
-    try:
-        result = configured()
-    except (ValueError, TypeError) as error:
-        if not is_user_error(error) and ("gin" in str(error) or "macro" in str(error)):
-            raise explain_gin_error(error) from None
-        raise
+    result = _call_configured(job)
     import jax
 
     if jax.process_index() == 0:
@@ -478,106 +484,11 @@ def _cmd_lm_eval(args: argparse.Namespace, bindings: list[str]) -> int:
     return 0
 
 
-EXPORT_GIN = "runs/export.gin"
-# Macros `export` reads itself (besides MODEL): runs/export.gin defines them, no config refers to them.
-_EXPORT_MACROS = ("CHECKPOINT_PATH", "EXPORT_OUTPUT_DIR", "EXPORT_MODE", "EXPORT_BATCH_SIZE", "XLA_FLAGS")
-
-
-def _export_gin_files(args: argparse.Namespace, bindings: list[str]) -> list[str]:
-    """The model's gin files (the run's config.gin next to CHECKPOINT_PATH when none is given), then export.gin."""
-    if args.gin_file:
-        return [*args.gin_file, EXPORT_GIN]
-    # Only CHECKPOINT_PATH is needed to find config.gin; other bindings may name the model's modules.
-    path_bindings = [
-        b for b in (*_flagged(args.gin_bindings), *bindings) if b.split("=")[0].strip() == "CHECKPOINT_PATH"
-    ]
-    parse_gin(GinArgs((EXPORT_GIN,), tuple(path_bindings), read_macros=_EXPORT_MACROS))
-    import gin
-
-    if macro_value("CHECKPOINT_PATH") is gin.REQUIRED:
-        raise GinConfigError("the macro CHECKPOINT_PATH is required: set it with --gin.CHECKPOINT_PATH=DIR")
-    checkpoint = pathlib.Path(str(macro_value("CHECKPOINT_PATH")))
-    found = next(
-        (c for c in (checkpoint / "config.gin", checkpoint.parent / "config.gin") if c.is_file()), None
-    )
-    if found is None:
-        raise GinConfigError(
-            f"no --gin_file given and no config.gin in {checkpoint} or its parent: pass the model's gin file "
-            "and lengths, e.g. --gin_file=models/demo/tiny.gin --gin.TASK_FEATURE_LENGTHS=\"{'inputs': 32, 'targets': 32}\""
-        )
-    return [str(found), EXPORT_GIN]
-
-
 def _cmd_export(args: argparse.Namespace, bindings: list[str]) -> int:
-    """A SavedModel of the checkpoint for serving (t5x.export.export_saved_model, configured by gin).
+    """A SavedModel of the checkpoint for serving (see t5x.launch._export_command)."""
+    from t5x.launch._export_command import run_export
 
-    When the given gin files bind an extension's export job (upstream t5x's run file
-    ``t5x/configs/runs/export.gin`` binds t5x-upstream's ``export_lib.save``), that job
-    runs with its own macros, and runs/export.gin's are not read.
-    """
-    import gin
-
-    import t5x.export
-    from t5x.launch._zero_shot import load_checkpoint_params
-
-    paths = tuple(p for entry in args.gin_search_paths for p in entry.split(",") if p)
-    given = (*_flagged(args.gin_bindings), *bindings)
-    if args.gin_file:
-        try:
-            parse_gin(GinArgs(tuple(args.gin_file), given, paths, _EXPORT_MACROS))
-        except GinConfigError:
-            job: Any = None  # not complete without runs/export.gin: parsed with it below, errors and all
-        else:
-            job = configured_job("export", t5x.export.export_saved_model)
-        if job is not None and job is not t5x.export.export_saved_model:
-            check_required_macros()
-            add_gin_flags(os.environ)
-            try:
-                exported: Any = gin.get_configurable(job)()
-            except t5x.export.ExportError as error:
-                raise UserError(f"cannot export: {error}") from error
-            except (ValueError, TypeError) as error:
-                if not is_user_error(error) and ("gin" in str(error) or "macro" in str(error)):
-                    raise explain_gin_error(error) from None
-                raise
-            if getattr(exported, "path", None) is not None:
-                write_config_gin(pathlib.Path(exported.path))
-                imports = getattr(exported, "load_imports", ())
-                loading = f"; import {', '.join(imports)} before loading" if imports else ""
-                mode = getattr(exported, "mode", "")
-                print(f"[t5x-launch] exported a {mode} SavedModel (serving_default){loading}", flush=True)
-                print_files_written(exported.path)
-            return 0
-
-    files = _export_gin_files(args, bindings)
-    parse_gin(GinArgs(tuple(files), given, paths, _EXPORT_MACROS))
-    check_required_macros()
-    # A run's config.gin binds the model's parameters in the scope of its macro (MODEL/...).
-    with gin.config_scope("MODEL"):
-        model: Any = macro_value("MODEL")
-    if model is gin.REQUIRED:
-        raise GinConfigError(
-            f"the macro MODEL is not set by {files}: pass a model gin file, e.g. --gin_file=models/demo/tiny.gin"
-        )
-    if macro_value("TASK_FEATURE_LENGTHS") is gin.REQUIRED:
-        raise GinConfigError(
-            f"the macro TASK_FEATURE_LENGTHS is not set by {files}: set it, e.g. "
-            "--gin.TASK_FEATURE_LENGTHS=\"{'inputs': 32, 'targets': 32}\""
-        )
-    add_gin_flags(os.environ)
-    checkpoint, output_dir = str(macro_value("CHECKPOINT_PATH")), str(macro_value("EXPORT_OUTPUT_DIR"))
-    try:
-        params = load_checkpoint_params(model, checkpoint)
-        exported = gin.get_configurable(t5x.export.export_saved_model)(model, params, output_dir)
-    except t5x.export.ExportError as error:
-        raise UserError(f"cannot export {checkpoint}: {error}") from error
-    except ValueError as error:
-        raise UserError(f"the checkpoint {checkpoint} does not fit the configured model: {error}") from error
-    write_config_gin(exported.path)
-    imports = f"; import {', '.join(exported.load_imports)} before loading" if exported.load_imports else ""
-    print(f"[t5x-launch] exported a {exported.mode} SavedModel (serving_default){imports}", flush=True)
-    print_files_written(exported.path)
-    return 0
+    return run_export(args, bindings)
 
 
 def build_parser() -> argparse.ArgumentParser:
