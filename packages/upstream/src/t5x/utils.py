@@ -147,8 +147,7 @@ def _import_task_module(cfg: DatasetConfig) -> None:
 def _provider(cfg: DatasetConfig) -> Any:
     from t5x import seqio
 
-    name = cfg.mixture_or_task_name
-    return name if isinstance(name, seqio.DatasetProviderBase) else seqio.get_mixture_or_task(name)
+    return seqio.maybe_get_mixture_or_task(cfg.mixture_or_task_name)  # a name, or the provider itself
 
 
 def get_vocabulary(cfg: DatasetConfig) -> tuple[Any, Any]:
@@ -211,7 +210,7 @@ def get_dataset(
         seed = broadcast_seed(None) % 2**31  # a fresh seed, the same on every host
     converter = feature_converter_cls(pack=cfg.pack, use_custom_packing_ops=cfg.use_custom_packing_ops)
     dataset = seqio.get_dataset(
-        _provider(cfg).name,
+        _provider(cfg),
         cfg.task_feature_lengths,
         feature_converter=converter,
         dataset_split=cfg.split,
