@@ -85,7 +85,7 @@ def test_upstream_gin_files_train_evaluate_and_infer(tmp_path):
         evaluated = evaluating.result()
         inferring.result()
     assert f"step 3 {TASK}: {{'exact_match':" in evaluated.stdout
-    predictions = (tmp_path / "eval" / f"{TASK}-000003.jsonl").read_text().splitlines()
+    predictions = (tmp_path / "eval" / "inference_eval" / f"{TASK}-000003.jsonl").read_text().splitlines()
     assert len(predictions) == 8  # the whole test split (upstream's default split for eval)
 
     rows = [

@@ -218,6 +218,7 @@ def test_evaluate_maps_restore_modes_onto_launch_steps(mode, path, expected, tmp
         model=None, dataset_cfg=_dataset(), restore_checkpoint_cfg=restore, output_dir=str(tmp_path)
     )
     assert [(c["checkpoint_path"], c["steps"]) for c in calls] == expected
+    assert {c["output_dir"] for c in calls} == {str(tmp_path / "inference_eval")}  # upstream's folder
     assert results == [steps for _, steps in expected]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -453,7 +454,11 @@ def evaluate(
     fallback_init_rng: int | None = None,
     use_orbax: bool = False,
 ) -> list[JobResult]:
-    """Upstream's ``eval.evaluate`` keywords, run by ``t5x.launch.evaluate`` (inference metrics)."""
+    """Upstream's ``eval.evaluate`` keywords, run by ``t5x.launch.evaluate`` (inference metrics).
+
+    As upstream, seqio's files (``<task>-<step:06d>.jsonl``, ``<task>-metrics.jsonl``)
+    and the TensorBoard events go to ``output_dir/inference_eval``.
+    """
     if train_state_initializer_cls is not None:
         raise _refuse(
             "train_state_initializer_cls", train_state_initializer_cls, "initialisation is t5x-launch's"
@@ -467,7 +472,7 @@ def evaluate(
             model=model,
             dataset_cfg=cfg,
             checkpoint_path=path,
-            output_dir=output_dir,
+            output_dir=os.path.join(output_dir, "inference_eval"),
             steps=steps,
             partitioner=partitioner,
             max_examples=_evaluator_examples(inference_evaluator_cls),
