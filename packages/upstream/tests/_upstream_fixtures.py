@@ -103,23 +103,28 @@ def write_experiment(folder: pathlib.Path, spm_path: str) -> tuple[pathlib.Path,
     return model_gin, pretrain_gin
 
 
-def launch(folder: pathlib.Path, *args: str, expect: int = 0) -> Any:
+def launch(folder: pathlib.Path, *args: str, expect: int = 0, module: str | None = None) -> Any:
     """Runs the installed ``t5x-launch`` in ``folder``, its task module on PYTHONPATH, as users do.
 
-    Returns the completed process; its exit code must be ``expect``.
+    With ``module`` (e.g. ``t5x.train``) it runs ``python -m <module> ARGS`` instead,
+    upstream's command line. Returns the completed process; its exit code must be ``expect``.
     """
     import os
     import subprocess
     import sys
 
-    script = pathlib.Path(sys.executable).with_name("t5x-launch")
+    program = (
+        [sys.executable, "-m", module]
+        if module
+        else [str(pathlib.Path(sys.executable).with_name("t5x-launch"))]
+    )
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(folder))
     result = subprocess.run(
-        [str(script), *args], cwd=folder, env=env, capture_output=True, text=True, timeout=600
+        [*program, *args], cwd=folder, env=env, capture_output=True, text=True, timeout=600
     )
     if result.returncode != expect:
         raise AssertionError(
-            f"t5x-launch {' '.join(args)} exited {result.returncode}, expected {expect}\n"
+            f"{' '.join(program)} {' '.join(args)} exited {result.returncode}, expected {expect}\n"
             f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
         )
     return result

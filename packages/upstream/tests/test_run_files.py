@@ -39,20 +39,29 @@ def _losses(model_dir):
 
 @pytest.fixture(scope="module")
 def deterministic_runs(experiment):
-    """The same deterministic pretraining twice, side by side."""
+    """The same deterministic pretraining twice, side by side: through t5x-launch, and through
+    upstream's command line (``python -m t5x.train``, its flags as upstream users write them)."""
     folder, _, run_gin = experiment
+    common = (
+        f"--gin_file={run_gin}", f'--gin.MIXTURE_OR_TASK_NAME="{TASK}"', LENGTHS, "--gin.TRAIN_STEPS=3",
+        "--gin.train_script.train.eval_period=3", "--gin.train_script.train.stats_period=1",
+        "--gin.utils.SaveCheckpointConfig.period=3",
+    )  # fmt: skip
     dirs = [folder / "first", folder / "second"]
-
-    def train(model_dir):
-        return launch(
-            folder, "train", f"--gin_file={run_gin}", f"--gin.MODEL_DIR={model_dir}",
-            f"--gin.MIXTURE_OR_TASK_NAME={TASK}", LENGTHS, "--gin.TRAIN_STEPS=3",
-            "--gin.train_script.train.eval_period=3", "--gin.train_script.train.stats_period=1",
-            "--gin.utils.SaveCheckpointConfig.period=3",
-        )  # fmt: skip
-
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        list(pool.map(train, dirs))
+        runs = [
+            pool.submit(launch, folder, "train", *common, f"--gin.MODEL_DIR={dirs[0]}"),
+            pool.submit(
+                launch,
+                folder,
+                *common,
+                f'--gin.MODEL_DIR="{dirs[1]}"',
+                "--alsologtostderr",
+                module="t5x.train",
+            ),
+        ]
+        for run in runs:
+            run.result()
     return dirs
 
 
@@ -61,6 +70,38 @@ def test_deterministic_pretraining_repeats_itself(deterministic_runs):
     assert "get_dataset_fn = @utils.get_deterministic_dataset" in (first / "config.gin").read_text()
     losses = _losses(first)
     assert len(losses) >= 2 and losses == _losses(second)
+
+
+def test_upstreams_command_line_flags_are_translated_or_named():
+    from t5x.upstream._command_line import UpstreamFlagError, translate
+
+    args, env, cache_dirs = translate(
+        [
+            "--gin_file=a.gin", "--gin_file", "b.gin", "--gin.MODEL_DIR='/m'", "--gin_bindings=X = 1",
+            "--run_mode=eval", "--tfds_data_dir=/tfds", "--seqio_additional_cache_dirs=/c1,/c2",
+            "--multiprocess_gpu", "--coordinator_address=h:1234", "--process_count=2", "--process_index=1",
+            "--alsologtostderr", "--v=1",
+        ],
+        None,
+    )  # fmt: skip
+    assert args == [
+        "eval",
+        "--gin_file=a.gin",
+        "--gin_file=b.gin",
+        "--gin.MODEL_DIR='/m'",
+        "--gin_bindings=X = 1",
+    ]
+    assert env == {
+        "TFDS_DATA_DIR": "/tfds",
+        "T5X_COORDINATOR_ADDRESS": "h:1234",
+        "T5X_NUM_PROCESSES": "2",
+        "T5X_PROCESS_ID": "1",
+    }
+    assert cache_dirs == ["/c1", "/c2"]
+    with pytest.raises(UpstreamFlagError, match="--run_mode is required"):
+        translate(["--gin_file=a.gin"], None)
+    with pytest.raises(UpstreamFlagError, match="unknown flag --dry_run"):
+        translate(["--dry_run"], "train")
 
 
 def test_inference_from_tfexample_files(experiment, deterministic_runs, tmp_path):

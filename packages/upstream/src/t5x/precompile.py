@@ -1,0 +1,20 @@
+"""Upstream's ``t5x.precompile``: ``precompile`` with upstream's keywords, and ``python -m t5x.precompile``.
+
+``python -m t5x.precompile --gin_file=... --gin.NAME=VALUE`` runs as ``t5x-launch precompile ...``
+(upstream's flags translated; see ``t5x.upstream._command_line``).
+"""
+
+import sys
+
+from t5x.upstream import GIN_DIR
+from t5x.upstream._scripts import precompile
+
+# Where upstream's run files are found (its tests add these to gin's search path).
+_DEFAULT_GIN_SEARCH_PATHS = [str(GIN_DIR)]
+
+__all__ = ["precompile"]
+
+if __name__ == "__main__":
+    from t5x.upstream._command_line import run
+
+    sys.exit(run("precompile"))
