@@ -1,13 +1,12 @@
 """Upstream's ``t5x.infer``: ``infer`` with upstream's keywords, and ``python -m t5x.infer``.
 
 ``python -m t5x.infer --gin_file=... --gin.NAME=VALUE`` runs as ``t5x-launch infer ...``
-(upstream's flags translated; see ``t5x.upstream._command_line``).
+(upstream's flags translated; see ``t5x.upstream.run_command_line``).
 """
 
 import sys
 
-from t5x.upstream import GIN_DIR
-from t5x.upstream._scripts import infer
+from t5x.upstream import GIN_DIR, infer
 
 # Where upstream's run files are found (its tests add these to gin's search path).
 _DEFAULT_GIN_SEARCH_PATHS = [str(GIN_DIR)]
@@ -15,6 +14,6 @@ _DEFAULT_GIN_SEARCH_PATHS = [str(GIN_DIR)]
 __all__ = ["infer"]
 
 if __name__ == "__main__":
-    from t5x.upstream._command_line import run
+    from t5x.upstream import run_command_line
 
-    sys.exit(run("infer"))
+    sys.exit(run_command_line("infer"))

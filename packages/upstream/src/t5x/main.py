@@ -7,6 +7,6 @@ Runs as ``t5x-launch <run_mode> ...`` (upstream's flags translated; see
 import sys
 
 if __name__ == "__main__":
-    from t5x.upstream._command_line import run
+    from t5x.upstream import run_command_line
 
-    sys.exit(run(None))
+    sys.exit(run_command_line(None))

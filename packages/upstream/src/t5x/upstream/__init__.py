@@ -10,8 +10,10 @@ map upstream's names onto the t5x packages, ``import seqio`` resolves to
 keywords and run t5x-launch's jobs.
 """
 
+from t5x.upstream._command_line import UpstreamFlagError
+from t5x.upstream._command_line import run as run_command_line
 from t5x.upstream._extension import EXTENSION, GIN_DIR, prepare
-from t5x.upstream._scripts import UnsupportedUpstreamOption, evaluate, infer, train
+from t5x.upstream._scripts import UnsupportedUpstreamOption, evaluate, infer, precompile, train
 from t5x.upstream._unsupported import UNSUPPORTED, explain_unsupported
 
 __all__ = [
@@ -19,9 +21,12 @@ __all__ = [
     "GIN_DIR",
     "UNSUPPORTED",
     "UnsupportedUpstreamOption",
+    "UpstreamFlagError",
     "evaluate",
     "explain_unsupported",
     "infer",
+    "precompile",
     "prepare",
+    "run_command_line",
     "train",
 ]

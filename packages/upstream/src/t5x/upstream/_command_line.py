@@ -100,7 +100,7 @@ def translate(argv: Sequence[str], command: str | None) -> tuple[list[str], dict
 
 def run(command: str | None) -> int:
     """Runs this process's upstream command line as ``t5x-launch`` (see the module docstring)."""
-    from t5x.launch._cli import main
+    from t5x.launch.cli import main
 
     try:
         launch_args, env, cache_dirs = translate(sys.argv[1:], command)
