@@ -144,18 +144,41 @@ CORPUS_TASK = "synthetic_corpus_span_corruption"
 CORPUS_LENGTHS = {"inputs": 128, "targets": 32}
 
 
-def _corpus_batches(steps: int, batch: int, seed: int) -> tuple[list[dict], list[dict], int]:
+def _corpus_task(train_docs: int | None) -> str:
+    """The built-in span-corruption task, or the same objective on a train split of ``train_docs``
+    generated documents (the same generator; the built-in validation documents)."""
+    if not train_docs:
+        return CORPUS_TASK
+    import tensorflow as tf
+
+    from t5x.tasks import FunctionDataSource
+    from t5x.tasks.builtin import generate_corpus, objective_task
+
+    sizes = {"train": train_docs, "validation": 200}  # the built-in validation split's 200 documents
+
+    def documents(split: str, shuffle_files: bool) -> tf.data.Dataset:
+        docs = generate_corpus(sizes[split], seed={"train": 11, "validation": 12}[split])
+        return tf.data.Dataset.from_tensor_slices({"text": docs})
+
+    source = FunctionDataSource(documents, splits=tuple(sizes), num_input_examples=sizes)
+    return objective_task("span_corruption", source=source, corpus_name=f"moe_corpus_{train_docs}")
+
+
+def _corpus_batches(
+    steps: int, batch: int, seed: int, train_docs: int | None = None
+) -> tuple[list[dict], list[dict], int]:
     """Train batches and the whole validation split of the built-in span-corruption task.
 
     Read through the real pipeline: the registered Task (generated corpus, byte
     vocabulary, T5 span corruption) and the encoder-decoder feature converter,
-    unpacked. ``seed`` sets the shuffle order (and, through the task, the noise).
+    unpacked. ``seed`` sets the shuffle order (and, through the task, the noise);
+    ``train_docs`` replaces the 5,000 training documents by that many.
     """
     from t5x.feature_converters import EncDecFeatureConverter
     from t5x.tasks import get_mixture_or_task, register_builtin_tasks
 
     register_builtin_tasks()
-    task = get_mixture_or_task(CORPUS_TASK)
+    task = get_mixture_or_task(_corpus_task(train_docs))
     converter = EncDecFeatureConverter(pack=False)
 
     def read(split: str, shuffle: bool, epochs: int | None, count: int | None) -> list[dict]:
@@ -189,6 +212,7 @@ def quality(
     width: int = 64,
     moe_fields: dict | None = None,
     dense_mlp_dim: int | None = None,
+    train_docs: int | None = None,
 ) -> dict:
     """Trains the tiny MoE and its dense twin on the same batches; their losses at the end.
 
@@ -204,8 +228,8 @@ def quality(
     from t5x.moe import MoeEncoderDecoderModel, dense_twin
 
     if task == "corpus":
-        batches, validation, vocab_size = _corpus_batches(steps, 32, seed)
-        name = CORPUS_TASK
+        batches, validation, vocab_size = _corpus_batches(steps, 32, seed, train_docs)
+        name = _corpus_task(train_docs)
         lengths = dict(CORPUS_LENGTHS)
     else:
         batches, vocab_size = _problem_batches(task, steps, 32, 32, seed)
@@ -227,6 +251,7 @@ def quality(
         "lr": lr,
         "moe_fields": dict(moe_fields or {}),
         "dense_mlp_dim": dense.mlp_dim,
+        "train_docs": train_docs or 5000,
     }
     flop_lengths = {"encoder_input_tokens": lengths["inputs"], "decoder_target_tokens": lengths["targets"]}
     for name, model in (
@@ -350,6 +375,12 @@ def main() -> None:
     parser.add_argument(
         "--dense-mlp-dim", type=int, default=None, help="with --quality: the dense twin's MLP width"
     )
+    parser.add_argument(
+        "--corpus-docs",
+        type=int,
+        default=None,
+        help="with --quality --task corpus: generated training documents (default: the built-in 5,000)",
+    )
     parser.add_argument("--width", type=int, default=64, help="with --quality: model width (MLP 2x)")
     parser.add_argument("--experts", type=int, default=8, help="with --quality")
     parser.add_argument("--capacity", type=float, default=2.0, help="with --quality: train capacity factor")
@@ -372,6 +403,7 @@ def main() -> None:
                 args.width,
                 dict(args.set),
                 args.dense_mlp_dim,
+                args.corpus_docs,
             )
             for s in seeds
         ]
