@@ -9,6 +9,7 @@ import pytest
 
 from t5x.decoding import (
     DecodingState,
+    _select,
     add_beam_dim,
     cache_gather_beams,
     cache_map,
@@ -80,13 +81,16 @@ def test_gather_topk_beams_orders_worst_to_best():
     assert out[0, :, 0].tolist() == [3, 2, 1]
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["lax-top-k", "passes"])
 @pytest.mark.parametrize(("n", "k"), [(40, 5), (40, 30), (9000, 5)])
-def test_top_k_matches_lax_top_k_including_ties(n, k):
+def test_top_k_matches_lax_top_k_including_ties(n, k, native, monkeypatch):
+    # One CPU device takes lax.top_k; the sort and argmax passes serve partitioned operands.
+    monkeypatch.setattr(_select, "native_top_k", lambda: native)
     rng = np.random.default_rng(n + k)
     # Rounding makes many ties; + 0.0 drops signed zeros, which lax.top_k orders -0 < +0.
     x = np.round(rng.normal(size=(3, n)), 1).astype(np.float32) + np.float32(0.0)
     x[0, :3] = -np.inf
-    values, indices = jax.jit(top_k, static_argnums=1)(jnp.asarray(x), k)
+    values, indices = jax.jit(lambda x: top_k(x, k))(jnp.asarray(x))  # a fresh trace per path
     ref_values, ref_indices = jax.lax.top_k(jnp.asarray(x), k)
     np.testing.assert_array_equal(values, ref_values)
     np.testing.assert_array_equal(indices, ref_indices)

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t5x.decoding._select import kth_largest_key, mass_cutoff_key, order_key
+from t5x.decoding._select import kth_largest_key, mass_cutoff_key, native_top_k, order_key
 from t5x.decoding._state import NEG_INF
 
 
@@ -25,7 +25,8 @@ def topk_mask(logits: jax.Array, topk: Any, replace_val: Any = NEG_INF) -> jax.A
 
     Logits tied with the k-th largest are all kept, so a row can keep more than k entries.
     ``topk`` 0 keeps the row unchanged. The k-th value is found by bisection (32 counting
-    passes), which needs no sort and keeps batch-sharded logits sharded.
+    passes), which needs no sort and keeps batch-sharded logits sharded; a constant ``topk``
+    on one CPU device takes it from ``lax.top_k`` instead (see `native_top_k`).
 
     Args:
       logits: ``[batch, vocab]``.
@@ -44,6 +45,9 @@ def topk_mask(logits: jax.Array, topk: Any, replace_val: Any = NEG_INF) -> jax.A
             raise ValueError(f"topk must be in [0, vocab size {vocab}], got topk={topk}")
         if topk == 0:
             return logits
+        if native_top_k():
+            kth = jax.lax.top_k(logits, int(topk))[0][..., -1:]
+            return jnp.where(logits >= kth, logits, replace_val).astype(logits.dtype)
     k = jnp.clip(_per_row(topk, logits.shape[0]).astype(jnp.int32), 0, vocab)
     keep = (order_key(logits) >= kth_largest_key(logits, jnp.maximum(k, 1))) | (k <= 0)
     return jnp.where(keep, logits, replace_val).astype(logits.dtype)

