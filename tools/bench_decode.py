@@ -16,7 +16,9 @@ With ``--peer-python`` (an interpreter with torch + transformers), Hugging Face
 `LlamaForCausalLM` of DEC-S's layer shape, `generate(do_sample=False, num_beams=1,
 max_new_tokens=64, min_new_tokens=64)` under `torch.inference_mode()` (timing includes
 the encoder / prompt pass, as ours does). Ours and the peer's calls alternate one by one;
-the peer's first call (model build excluded) stands in for its compile time. Ours runs with
+the peer's first call (model build excluded) stands in for its compile time. Each timed call
+waits until both processes have gone idle (`Peer.settle`), so neither side runs beside the
+other's still-spinning threads. Ours runs with
 t5x-launch's XLA:CPU loop option (`t5x.launch.add_backend_defaults`: decoding loops keep
 XLA's threaded matmuls); YNNPACK stays on (only the demo's gin file turns it off). On a busy
 machine (1-minute load above the CPU count) the peer runs with ``OMP_WAIT_POLICY=PASSIVE``
@@ -413,10 +415,13 @@ def run_model(
             )
     ours, theirs = [], []
     for i in range(args.repeats):
+        if peer is not None:
+            peer.settle()
         start = time.perf_counter()
         jax.block_until_ready(compiled(params, features, jax.random.PRNGKey(i)))
         ours.append(time.perf_counter() - start)
         if peer is not None:
+            peer.settle()
             theirs.append(peer.ask(op="run")["s"])
     split = args.products and method == "greedy"
     if split:

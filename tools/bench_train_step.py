@@ -204,12 +204,15 @@ def run_workload(kind: str, args: argparse.Namespace, peer: Peer | None) -> dict
             peer.ask(op="step")
     ours, theirs, losses = [], [], []
     for _ in range(args.steps):
+        if peer is not None:
+            peer.settle()  # neither side times a step beside the other's spinning threads
         start = time.perf_counter()
         params, opt_state, loss = compiled(params, opt_state, batch)
         loss.block_until_ready()
         ours.append(time.perf_counter() - start)
         losses.append(float(loss))
         if peer is not None:
+            peer.settle()
             theirs.append(peer.ask(op="step")["s"])
     flops_per_token = model.flops_per_token(lengths)
     step_s = statistics.median(ours)
