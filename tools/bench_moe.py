@@ -202,6 +202,19 @@ def _tiny_config(vocab_size: int, experts: int, capacity: float, width: int):
     )  # fmt: skip
 
 
+SCHEDULES = ("constant", "cosine")
+
+
+def _learning_rate(schedule: str, peak: float, steps: int):
+    """Adam's learning rate: ``peak`` throughout, or 5% linear warm-up then cosine decay to 10%."""
+    import optax
+
+    if schedule == "constant":
+        return peak
+    warmup = max(1, steps // 20)
+    return optax.warmup_cosine_decay_schedule(0.0, peak, warmup, steps, end_value=peak / 10)
+
+
 def quality(
     steps: int,
     task: str,
@@ -213,6 +226,7 @@ def quality(
     moe_fields: dict | None = None,
     dense_mlp_dim: int | None = None,
     train_docs: int | None = None,
+    schedule: str = "constant",
 ) -> dict:
     """Trains the tiny MoE and its dense twin on the same batches; their losses at the end.
 
@@ -249,6 +263,7 @@ def quality(
         "capacity": capacity,
         "seed": seed,
         "lr": lr,
+        "schedule": schedule,
         "moe_fields": dict(moe_fields or {}),
         "dense_mlp_dim": dense.mlp_dim,
         "train_docs": train_docs or 5000,
@@ -260,7 +275,7 @@ def quality(
     ):
         shapes = {k: v.shape for k, v in batches[0].items()}
         params = model.get_initial_variables(jax.random.PRNGKey(seed), shapes)["params"]
-        opt = optax.adam(lr)
+        opt = optax.adam(_learning_rate(schedule, lr, steps))
         state = opt.init(params)
 
         def per_token(metrics):
@@ -386,6 +401,12 @@ def main() -> None:
     parser.add_argument("--capacity", type=float, default=2.0, help="with --quality: train capacity factor")
     parser.add_argument("--lr", type=float, default=3e-3, help="with --quality: Adam learning rate")
     parser.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        default="constant",
+        help="with --quality: the learning rate, constant or warm-up + cosine decay",
+    )
+    parser.add_argument(
         "--seeds", default="0", help="with --quality: comma-separated seeds (init and example order)"
     )
     parser.add_argument("--json", default=None)
@@ -404,6 +425,7 @@ def main() -> None:
                 dict(args.set),
                 args.dense_mlp_dim,
                 args.corpus_docs,
+                args.schedule,
             )
             for s in seeds
         ]
