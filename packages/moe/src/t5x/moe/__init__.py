@@ -1,6 +1,7 @@
 """Mixture-of-Experts T5 models: routers, MoE layers, expert parallelism and sparse upcycling."""
 
 from t5x.moe._config import MoeDecoderOnlyConfig, MoeFields, MoeT5Config
+from t5x.moe._factor_rules import logical_factor_rules
 from t5x.moe._layers import Experts, MoeBlock, Router, RouterWeights
 from t5x.moe._models import MOE_METRICS, MoeDecoderOnlyModel, MoeEncoderDecoderModel, dense_twin
 from t5x.moe._network import MoeDecoderOnlyTransformer, MoeEncoderDecoderTransformer, moe_feed_forward
@@ -41,6 +42,7 @@ __all__ = [
     "load_balancing_loss",
     "load_dense_params",
     "load_upstream_moe_params",
+    "logical_factor_rules",
     "moe_logical_axis_rules",
     "moe_feed_forward",
     "moe_preset",
