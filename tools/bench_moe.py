@@ -9,7 +9,8 @@ against the same-process float32 matmul peak, like tools/bench_train_step.py.
 
 `--quality STEPS`: trains a tiny MoE (`--experts` experts every other layer, top-1, train
 capacity factor `--capacity`) and its dense twin (same widths: the MoE has more MLP
-parameters at about the same FLOPs per token) for STEPS Adam steps on the built-in synthetic
+parameters at about the same FLOPs per token) for STEPS optimizer steps (Adam at a constant 3e-3
+unless `--optimizer`, `--lr`, `--schedule` say otherwise) on the built-in synthetic
 problems of `synthetic_text_to_text` (byte vocabulary; `--task all` mixes the four, or name
 one), same batches and seed, and reports both cross-entropies per target token at the end
 (mean of the last 10 steps). `--task corpus` pretrains on `synthetic_corpus_span_corruption`
@@ -19,7 +20,8 @@ the MoE's config (top-k, router, grouping, layer period), `--dense-mlp-dim` the 
 Usage:
     python tools/bench_moe.py [--steps 5] [--warmup 1] [--quick] [--json OUT]
     python tools/bench_moe.py --quality 400 [--task all|corpus|NAME] [--experts 8] [--capacity 2.0]
-        [--set num_selected_experts=2 ...] [--dense-mlp-dim 1024] [--seeds 0,1,2] [--json OUT]
+        [--set num_selected_experts=2 ...] [--dense-mlp-dim 1024] [--seeds 0,1,2]
+        [--optimizer adam|adafactor] [--lr 3e-3] [--schedule constant|cosine] [--json OUT]
 """
 
 from __future__ import annotations
@@ -206,13 +208,29 @@ SCHEDULES = ("constant", "cosine")
 
 
 def _learning_rate(schedule: str, peak: float, steps: int):
-    """Adam's learning rate: ``peak`` throughout, or 5% linear warm-up then cosine decay to 10%."""
+    """The learning rate: ``peak`` throughout, or 5% linear warm-up then cosine decay to 10%."""
     import optax
 
     if schedule == "constant":
         return peak
     warmup = max(1, steps // 20)
     return optax.warmup_cosine_decay_schedule(0.0, peak, warmup, steps, end_value=peak / 10)
+
+
+OPTIMIZERS = ("adam", "adafactor")
+
+
+def _optimizer(name: str, learning_rate, params_axes):
+    """Adam, or T5X's Adafactor (factored second moments, steps scaled by each parameter's RMS)."""
+    import optax
+
+    if name == "adafactor":
+        from t5x.moe import logical_factor_rules
+        from t5x.training import adafactor, standard_logical_factor_rules
+
+        rules = logical_factor_rules(standard_logical_factor_rules())
+        return adafactor(learning_rate=learning_rate, logical_factor_rules=rules).with_param_axes(params_axes)
+    return optax.adam(learning_rate)
 
 
 def quality(
@@ -227,6 +245,7 @@ def quality(
     dense_mlp_dim: int | None = None,
     train_docs: int | None = None,
     schedule: str = "constant",
+    optimizer: str = "adam",
 ) -> dict:
     """Trains the tiny MoE and its dense twin on the same batches; their losses at the end.
 
@@ -264,6 +283,7 @@ def quality(
         "seed": seed,
         "lr": lr,
         "schedule": schedule,
+        "optimizer": optimizer,
         "moe_fields": dict(moe_fields or {}),
         "dense_mlp_dim": dense.mlp_dim,
         "train_docs": train_docs or 5000,
@@ -274,8 +294,9 @@ def quality(
         ("moe", MoeEncoderDecoderModel(cfg)),
     ):
         shapes = {k: v.shape for k, v in batches[0].items()}
-        params = model.get_initial_variables(jax.random.PRNGKey(seed), shapes)["params"]
-        opt = optax.adam(_learning_rate(schedule, lr, steps))
+        variables = model.get_initial_variables(jax.random.PRNGKey(seed), shapes)
+        params = variables["params"]
+        opt = _optimizer(optimizer, _learning_rate(schedule, lr, steps), variables.get("params_axes"))
         state = opt.init(params)
 
         def per_token(metrics):
@@ -399,7 +420,13 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=64, help="with --quality: model width (MLP 2x)")
     parser.add_argument("--experts", type=int, default=8, help="with --quality")
     parser.add_argument("--capacity", type=float, default=2.0, help="with --quality: train capacity factor")
-    parser.add_argument("--lr", type=float, default=3e-3, help="with --quality: Adam learning rate")
+    parser.add_argument("--lr", type=float, default=3e-3, help="with --quality: the (peak) learning rate")
+    parser.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        default="adam",
+        help="with --quality: Adam, or T5X's Adafactor (pretraining uses it at --lr 0.01)",
+    )
     parser.add_argument(
         "--schedule",
         choices=SCHEDULES,
@@ -426,6 +453,7 @@ def main() -> None:
                 args.dense_mlp_dim,
                 args.corpus_docs,
                 args.schedule,
+                args.optimizer,
             )
             for s in seeds
         ]
