@@ -3,9 +3,12 @@
 import re
 
 import gin
+import jax
+import numpy as np
 import pytest
 
-from t5x.moe import MoeEncoderDecoderModel, moe_preset
+from t5x.models import EncoderDecoderModel
+from t5x.moe import MoeEncoderDecoderModel, dense_twin, moe_preset
 
 launch = pytest.importorskip("t5x.launch")
 
@@ -39,8 +42,9 @@ def test_switch_files_with_the_upcycle_run(size, devices):
     assert dict(partitioner.mesh.shape) == {"expert": 2, "data": len(devices) // 2, "model": 1}
 
 
-def test_the_switch_pretrain_run_trains_with_adafactor_factoring_each_expert(tmp_path):
-    # The run's Adafactor gets the MoE factor rules: without them, the rank-3 expert
+@pytest.mark.parametrize("run", ["pretrain", "sparse_upcycle"])
+def test_the_switch_runs_train_with_adafactor_factoring_each_expert(run, tmp_path):
+    # The runs' Adafactor gets the MoE factor rules: without them, the rank-3 expert
     # kernels stop it before the first step.
     from t5x.launch.cli import main
 
@@ -49,22 +53,41 @@ def test_the_switch_pretrain_run_trains_with_adafactor_factoring_each_expert(tmp
         "from __gin__ import dynamic_registration\nfrom t5x import tasks\n"
         "VOCABULARY = @tasks.builtin_vocabulary()\nSENTENCEPIECE_MODEL = None\n"
     )
+    flags = []
+    if run == "sparse_upcycle":  # a dense checkpoint of the tiny preset's dense twin
+        from t5x.checkpointing import save_t5x_checkpoint
+
+        dense = EncoderDecoderModel(dense_twin(moe_preset("switch_tiny")))
+        shapes = {
+            k: (8, 16) for k in ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens")
+        }
+        params = dense.get_initial_variables(jax.random.PRNGKey(0), shapes)["params"]
+        save_t5x_checkpoint(tmp_path / "dense", 100, {"target": params, "state": {"step": np.int32(100)}})
+        flags.append(f"--gin.DENSE_CHECKPOINT_PATH={tmp_path / 'dense'}")
     model_dir = tmp_path / "run"
     code = main(
         [
             "train",
             "--gin_file=models/moe/switch/tiny.gin",
-            "--gin_file=models/moe/runs/pretrain.gin",
+            f"--gin_file=models/moe/runs/{run}.gin",
             f"--gin_file={bytes_gin}",
             f"--gin.MODEL_DIR={model_dir}",
             "--gin.MIXTURE_OR_TASK_NAME=synthetic_copy",
             "--gin.TRAIN_STEPS=2",
             "--gin.TASK_FEATURE_LENGTHS={'inputs': 16, 'targets': 16}",
             "--gin.BATCH_SIZE=8",
+            *flags,
         ]
     )
     assert code == 0
     assert (model_dir / "checkpoint_2").is_dir()
+    if run == "sparse_upcycle":  # two steps later, every expert is still close to the dense MLP
+        from t5x.checkpointing import load_t5x_checkpoint
+
+        trained = load_t5x_checkpoint(model_dir / "checkpoint_2")["target"]
+        experts = np.asarray(trained["encoder"]["layers_1"]["mlp"]["expert"]["wo"]["kernel"])
+        dense_wo = np.asarray(params["encoder"]["layers_1"]["mlp"]["wo"]["kernel"]).ravel()
+        assert all(np.corrcoef(e.ravel(), dense_wo)[0, 1] > 0.9 for e in experts)
     info = (model_dir / "model-info.txt").read_text()
     kernel = "encoder/layers_1/mlp/expert/wi/kernel"
     experts, embed, mlp = map(
