@@ -85,14 +85,14 @@ def test_the_switch_runs_train_with_adafactor_factoring_each_expert(run, tmp_pat
         from t5x.checkpointing import load_t5x_checkpoint
 
         trained = load_t5x_checkpoint(model_dir / "checkpoint_2")["target"]
-        experts = np.asarray(trained["encoder"]["layers_1"]["mlp"]["expert"]["wo"]["kernel"])
+        trained_wo = np.asarray(trained["encoder"]["layers_1"]["mlp"]["expert"]["wo"]["kernel"])
         dense_wo = np.asarray(params["encoder"]["layers_1"]["mlp"]["wo"]["kernel"]).ravel()
-        assert all(np.corrcoef(e.ravel(), dense_wo)[0, 1] > 0.9 for e in experts)
+        assert all(np.corrcoef(expert.ravel(), dense_wo)[0, 1] > 0.9 for expert in trained_wo)
     info = (model_dir / "model-info.txt").read_text()
     kernel = "encoder/layers_1/mlp/expert/wi/kernel"
     experts, embed, mlp = map(
         int, re.search(rf"Variable {kernel} .*shape \(expert=(\d+), embed=(\d+), mlp=(\d+)\)", info).groups()
     )
-    shapes = dict(re.findall(rf"Variable param_states/{kernel}/(v_row|v_col) .*shape \(([\d, ]+)\)", info))
+    slots = dict(re.findall(rf"Variable param_states/{kernel}/(v_row|v_col) .*shape \(([\d, ]+)\)", info))
     # Second moments of each expert's [embed, mlp] matrix: a row and a column vector per expert.
-    assert shapes == {"v_row": f"{experts}, {embed}", "v_col": f"{experts}, {mlp}"}
+    assert slots == {"v_row": f"{experts}, {embed}", "v_col": f"{experts}, {mlp}"}

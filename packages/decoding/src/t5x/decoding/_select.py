@@ -22,8 +22,8 @@ _MAX_PASSES = 16
 def native_top_k() -> bool:
     """Whether ``lax.top_k`` is the fast way: one CPU device, so no operand is ever partitioned.
 
-    A beam-search step over 4 beams x 32k tokens for 8 examples: 1.1 ms against 12.4 ms for
-    the 2k argmax passes below (2-core Xeon).
+    Beam search's candidates over 4 beams x 32k tokens for 8 examples: 1.1 ms against 12.4 ms
+    by the argmax passes below (2-core Xeon).
     """
     return jax.default_backend() == "cpu" and jax.device_count() == 1
 
