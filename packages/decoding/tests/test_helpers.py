@@ -85,7 +85,7 @@ def test_gather_topk_beams_orders_worst_to_best():
 @pytest.mark.parametrize(("n", "k"), [(40, 5), (40, 30), (9000, 5)])
 def test_top_k_matches_lax_top_k_including_ties(n, k, native, monkeypatch):
     # One CPU device takes lax.top_k; the sort and argmax passes serve partitioned operands.
-    monkeypatch.setattr(_select, "native_top_k", lambda: native)
+    monkeypatch.setattr(_select, "native_top_k", lambda x: native)
     rng = np.random.default_rng(n + k)
     # Rounding makes many ties; + 0.0 drops signed zeros, which lax.top_k orders -0 < +0.
     x = np.round(rng.normal(size=(3, n)), 1).astype(np.float32) + np.float32(0.0)

@@ -45,7 +45,7 @@ def topk_mask(logits: jax.Array, topk: Any, replace_val: Any = NEG_INF) -> jax.A
             raise ValueError(f"topk must be in [0, vocab size {vocab}], got topk={topk}")
         if topk == 0:
             return logits
-        if native_top_k():
+        if native_top_k(logits):
             kth = jax.lax.top_k(logits, int(topk))[0][..., -1:]
             return jnp.where(logits >= kth, logits, replace_val).astype(logits.dtype)
     k = jnp.clip(_per_row(topk, logits.shape[0]).astype(jnp.int32), 0, vocab)
