@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t5x.decoding._select import kth_largest_key, mass_cutoff_key, native_top_k, order_key
+from t5x.decoding._select import kth_largest_key, mass_cutoff_key, native_top_k, order_key, top_k
 from t5x.decoding._state import NEG_INF
 
 
@@ -46,7 +46,7 @@ def topk_mask(logits: jax.Array, topk: Any, replace_val: Any = NEG_INF) -> jax.A
         if topk == 0:
             return logits
         if native_top_k(logits):
-            kth = jax.lax.top_k(logits, int(topk))[0][..., -1:]
+            kth = top_k(logits, int(topk))[0][..., -1:]
             return jnp.where(logits >= kth, logits, replace_val).astype(logits.dtype)
     k = jnp.clip(_per_row(topk, logits.shape[0]).astype(jnp.int32), 0, vocab)
     keep = (order_key(logits) >= kth_largest_key(logits, jnp.maximum(k, 1))) | (k <= 0)
