@@ -246,6 +246,7 @@ def quality(
     train_docs: int | None = None,
     schedule: str = "constant",
     optimizer: str = "adam",
+    loss_normalizing_factor: str | None = None,
 ) -> dict:
     """Trains the tiny MoE and its dense twin on the same batches; their losses at the end.
 
@@ -284,14 +285,15 @@ def quality(
         "lr": lr,
         "schedule": schedule,
         "optimizer": optimizer,
+        "loss_normalizing_factor": loss_normalizing_factor,
         "moe_fields": dict(moe_fields or {}),
         "dense_mlp_dim": dense.mlp_dim,
         "train_docs": train_docs or 5000,
     }
     flop_lengths = {"encoder_input_tokens": lengths["inputs"], "decoder_target_tokens": lengths["targets"]}
     for name, model in (
-        ("dense", EncoderDecoderModel(dense)),
-        ("moe", MoeEncoderDecoderModel(cfg)),
+        ("dense", EncoderDecoderModel(dense, loss_normalizing_factor=loss_normalizing_factor)),
+        ("moe", MoeEncoderDecoderModel(cfg, loss_normalizing_factor=loss_normalizing_factor)),
     ):
         shapes = {k: v.shape for k, v in batches[0].items()}
         variables = model.get_initial_variables(jax.random.PRNGKey(seed), shapes)
@@ -299,8 +301,13 @@ def quality(
         opt = _optimizer(optimizer, _learning_rate(schedule, lr, steps), variables.get("params_axes"))
         state = opt.init(params)
 
+        def summed(metrics):
+            # The cross entropy summed over the batch's target tokens, whatever the normalisation.
+            loss = metrics["cross_ent_loss"]
+            return loss if loss_normalizing_factor is None else loss * metrics["num_target_tokens"]
+
         def per_token(metrics):
-            return metrics["cross_ent_loss"] / metrics["num_target_tokens"]
+            return summed(metrics) / metrics["num_target_tokens"]
 
         @jax.jit
         def step(params, state, batch, rng, model=model, opt=opt):
@@ -315,7 +322,7 @@ def quality(
         @jax.jit
         def evaluate(params, batch, model=model):
             _, metrics = model.loss_fn(params, batch, None)
-            return metrics["cross_ent_loss"], metrics["num_target_tokens"]
+            return summed(metrics), metrics["num_target_tokens"]
 
         def validation_loss(params):
             sums = [evaluate(params, b) for b in validation]
@@ -436,6 +443,13 @@ def main() -> None:
     parser.add_argument(
         "--seeds", default="0", help="with --quality: comma-separated seeds (init and example order)"
     )
+    parser.add_argument(
+        "--loss-normalizing-factor",
+        choices=("NUM_REAL_TARGET_TOKENS",),
+        default=None,
+        help="with --quality: both models' loss normalisation (upstream's MoE model gins use "
+        "NUM_REAL_TARGET_TOKENS, which gives the router losses their intended weight); default: a sum",
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     if args.quality:
@@ -454,6 +468,7 @@ def main() -> None:
                 args.corpus_docs,
                 args.schedule,
                 args.optimizer,
+                args.loss_normalizing_factor,
             )
             for s in seeds
         ]

@@ -38,6 +38,7 @@ def test_switch_files_with_the_upcycle_run(size, devices):
     assert model.config == moe_preset(f"switch_{size}", scan_layers=scan)
     assert model.upcycle_from == "/tmp/dense"
     assert model.aux_loss_factor == 0.01
+    assert model.loss_normalizing_factor == "NUM_REAL_TARGET_TOKENS"  # as upstream's MoE model gins
     partitioner = gin.query_parameter("t5x.launch.train.partitioner").scoped_configurable_fn()
     assert dict(partitioner.mesh.shape) == {"expert": 2, "data": len(devices) // 2, "model": 1}
 
