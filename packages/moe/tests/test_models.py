@@ -312,3 +312,22 @@ def test_routing_groups_of_whole_sequences(tiny_config):
                                rtol=1e-6, atol=1e-6)  # fmt: skip
     with pytest.raises(ValueError, match="sequences_per_group must be a positive int, got 0"):
         dataclasses.replace(cfg, sequences_per_group=0)
+
+
+def test_stacks_hand_the_padding_to_the_router(tiny_config, random_batch):
+    # Slots for every token (nothing dropped), so what is left behind is exactly what is ignored.
+    batch = dict(random_batch(5))
+    batch["encoder_input_tokens"] = batch["encoder_input_tokens"].copy()
+    batch["encoder_input_tokens"][:, 5:] = 0  # 3 of 8 input tokens are padding
+    batch["decoder_target_tokens"] = batch["decoder_target_tokens"].copy()
+    batch["decoder_target_tokens"][:4, 3:] = 0  # half the rows end after 3 of 6 targets
+    cfg = dataclasses.replace(tiny_config, eval_capacity_factor=8.0)
+    params = MoeEncoderDecoderModel(cfg).get_initial_variables(jax.random.PRNGKey(0), SHAPES)["params"]
+
+    def left_behind(ignore: bool) -> float:
+        model = MoeEncoderDecoderModel(dataclasses.replace(cfg, ignore_padding_tokens=ignore))
+        return float(model.loss_fn(params, batch, None)[1]["experts/fraction_tokens_left_behind"])
+
+    assert abs(left_behind(False)) < 1e-6
+    # The mean over the encoder's and the decoder's MoE layer of each one's padding share.
+    np.testing.assert_allclose(left_behind(True), (3 / 8 + 0.5 * 3 / 6) / 2, rtol=1e-6)

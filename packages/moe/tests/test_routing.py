@@ -20,9 +20,15 @@ def _softmax(x):
     return e / e.sum(-1, keepdims=True)
 
 
-def _reference_tokens_choose(logits, k, capacity, bpr=False):
-    """Loops: choice rank by rank, tokens in order (or by top-1 probability), experts fill up."""
-    probs = _softmax(logits.astype(np.float64))
+def _reference_tokens_choose(logits, k, capacity, bpr=False, real=None):
+    """Loops: choice rank by rank, tokens in order (or by top-1 probability), experts fill up.
+
+    ``real`` (``[groups, tokens]`` 0/1) marks padding, which chooses nothing, has
+    probability 0 in the load-balancing loss and logits 0 in the z-loss.
+    """
+    real = np.ones(logits.shape[:2]) if real is None else np.asarray(real, np.float64)
+    logits = logits.astype(np.float64) * real[..., None]
+    probs = _softmax(logits) * real[..., None]
     groups, tokens, experts = probs.shape
     dispatch = np.zeros((groups, tokens, experts, capacity))
     combine = np.zeros_like(dispatch)
@@ -31,7 +37,7 @@ def _reference_tokens_choose(logits, k, capacity, bpr=False):
         choices = np.argsort(-probs[g], axis=-1, kind="stable")[:, :k]
         chose = np.zeros((tokens, experts))
         for t in range(tokens):
-            chose[t, choices[t]] = 1
+            chose[t, choices[t]] = real[g, t]
         aux += np.mean(chose.mean(0) * probs[g].mean(0)) * experts**2
         order = (
             np.argsort(-probs[g, np.arange(tokens), choices[:, 0]], kind="stable") if bpr else range(tokens)
@@ -39,12 +45,14 @@ def _reference_tokens_choose(logits, k, capacity, bpr=False):
         fill = np.zeros(experts, int)
         for rank in range(k):
             for t in order:
+                if not real[g, t]:
+                    continue
                 e = choices[t, rank]
                 if fill[e] < capacity:
                     dispatch[g, t, e, fill[e]] = 1
                     combine[g, t, e, fill[e]] = probs[g, t, e]
                 fill[e] += 1
-    z = np.mean(np.log(np.exp(logits.astype(np.float64)).sum(-1)) ** 2)
+    z = np.mean(np.log(np.exp(logits).sum(-1)) ** 2)
     return dispatch, combine, aux / groups, z
 
 
@@ -59,6 +67,33 @@ def test_tokens_choose_matches_reference(k, capacity, bpr):
     np.testing.assert_allclose(np.asarray(got.combine), combine, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(float(got.aux_loss), aux, rtol=1e-5)
     np.testing.assert_allclose(float(got.z_loss), z, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("k", "capacity", "bpr"), [(1, 2, False), (2, 3, False), (1, 2, True)])
+def test_ignoring_padding_matches_reference(k, capacity, bpr):
+    rng = np.random.RandomState(7 + k)
+    logits = rng.normal(size=(3, 8, 4)).astype(np.float32) * 2
+    real = (rng.uniform(size=(3, 8)) < 0.6).astype(np.float32)
+    got = tokens_choose(logits, k, capacity, bpr, padding_mask=real)
+    dispatch, combine, aux, z = _reference_tokens_choose(logits, k, capacity, bpr, real)
+    np.testing.assert_array_equal(np.asarray(got.dispatch), dispatch)
+    np.testing.assert_allclose(np.asarray(got.combine), combine, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(float(got.aux_loss), aux, rtol=1e-5)
+    np.testing.assert_allclose(float(got.z_loss), z, rtol=1e-5)
+    assert not np.asarray(got.dispatch)[real == 0].any()
+
+
+def test_padding_takes_no_slot_from_real_tokens():
+    # Padding first in the group, every token preferring expert 0 with one slot:
+    # routed, the padding takes the slot; ignored, the first real token gets it.
+    logits = np.tile(np.array([5.0, 0.0], np.float32), (1, 4, 1))
+    real = np.array([[0, 0, 1, 1]], np.float32)
+    kept = lambda routing: np.asarray(routing.dispatch).sum(axis=(2, 3))[0]  # noqa: E731
+    np.testing.assert_array_equal(kept(tokens_choose(logits, 1, 1)), [1, 0, 0, 0])
+    np.testing.assert_array_equal(kept(tokens_choose(logits, 1, 1, padding_mask=real)), [0, 0, 1, 0])
+    chosen = experts_choose(logits, 2, padding_mask=real)
+    np.testing.assert_array_equal(np.asarray(chosen.dispatch)[0, :, 0].sum(-1), [0, 0, 1, 1])
+    assert not np.asarray(chosen.combine)[0, :2].any()  # padding never weighs in
 
 
 def test_tokens_choose_drops_what_overflows_capacity():

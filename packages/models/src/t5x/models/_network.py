@@ -65,8 +65,30 @@ def _attention(cfg: Any, name: str, step_kernels: str = "xla") -> MultiHeadDotPr
 # ``factory(config, layer_index, causal, step_kernels)`` returns the module named ``mlp`` of
 # one layer (``causal``: the layer is in a decoder). Scanned stacks of ``layers_per_scan``
 # layers pass the position inside the scanned block, so a factory must depend on the index
-# only modulo that block length.
+# only modulo that block length. A block a factory makes is called as
+# ``block(x, deterministic=..., token_mask=...)``; ``token_mask`` is ``[batch, length]``,
+# True for real tokens (see ``real_tokens``), None where the layer has no mask (a decoding
+# step). The dense MLP is called without it.
 FeedForward = Callable[[Any, int, bool, str], nn.Module]
+
+
+def real_tokens(mask: jax.Array | None) -> jax.Array | None:
+    """``[batch, length]`` True for the tokens that are not padding, from a layer's attention mask.
+
+    A ``[batch, heads, queries, keys]`` mask has an all-zero row exactly for a padding
+    query: every real token attends at least to itself.
+    """
+    if mask is None:
+        return None
+    return jnp.any(mask[:, 0] > 0, axis=-1)
+
+
+def _feed_forward(layer: Any, causal: bool, step_kernels: str, y: jax.Array, mask: Any, deterministic: bool):
+    """The layer's ``mlp`` applied to ``y``; a block other than the dense MLP also gets the token mask."""
+    block = (layer.feed_forward or dense_mlp)(layer.config, layer.layer_index, causal, step_kernels)
+    if isinstance(block, MlpBlock):
+        return block(y, deterministic=deterministic)
+    return block(y, deterministic=deterministic, token_mask=real_tokens(mask))
 
 
 def dense_mlp(cfg: Any, layer_index: int = 0, causal: bool = False, step_kernels: str = "xla") -> MlpBlock:
@@ -112,9 +134,7 @@ class EncoderLayer(nn.Module):
         x = _dropout(cfg, x, deterministic) + inputs
         x = constrain(x, _BLC)
         y = LayerNorm(dtype=cfg.dtype, name="pre_mlp_layer_norm")(x)
-        y = (self.feed_forward or dense_mlp)(cfg, self.layer_index, False, "xla")(
-            y, deterministic=deterministic
-        )
+        y = _feed_forward(self, False, "xla", y, mask, deterministic)
         y = constrain(_dropout(cfg, y, deterministic) + x, _BLC)
         return (y, None) if cfg.scan_layers else y
 
@@ -172,8 +192,7 @@ class DecoderLayer(nn.Module):
             )
             x = constrain(_dropout(cfg, y, deterministic) + x, _BLC)
         z = LayerNorm(dtype=cfg.dtype, name="pre_mlp_layer_norm")(x)
-        mlp = (self.feed_forward or dense_mlp)(cfg, self.layer_index, True, self.step_kernels)
-        z = mlp(z, deterministic=deterministic)
+        z = _feed_forward(self, True, self.step_kernels, z, decoder_mask, deterministic)
         z = constrain(_dropout(cfg, z, deterministic) + x, _BLC)
         return (z, None) if cfg.scan_layers else z
 

@@ -36,6 +36,10 @@ class MoeFields:
       batch_prioritized_routing: tokens-choose routing fills experts by router
         confidence, not position (encoder layers only: it would let a decoder
         token's routing depend on later tokens).
+      ignore_padding_tokens: padding tokens take no expert slot and weigh 0 in the
+        load-balancing loss (upstream's router option of that name; off by
+        default, as upstream). Padding is where the layer's attention mask has an
+        empty row: encoder inputs, decoder targets equal to 0.
       expert_mlp_dim: hidden width of each expert; None uses ``mlp_dim``.
       expert_dtype: dtype of the dispatched activations and expert matmuls
         (None: the activation ``dtype``); bfloat16 halves all-to-all traffic.
@@ -52,6 +56,7 @@ class MoeFields:
     sequences_per_group: int = 1
     jitter_noise: float = 0.0
     batch_prioritized_routing: bool = False
+    ignore_padding_tokens: bool = False
     expert_mlp_dim: int | None = None
     expert_dtype: Any = None
 

@@ -137,8 +137,14 @@ class MoeBlock(nn.Module):
     causal: bool = False
 
     @nn.compact
-    def __call__(self, inputs: jax.Array, deterministic: bool = False) -> jax.Array:
-        """Maps ``[batch, length, embed]`` to the same shape."""
+    def __call__(
+        self, inputs: jax.Array, deterministic: bool = False, token_mask: jax.Array | None = None
+    ) -> jax.Array:
+        """Maps ``[batch, length, embed]`` to the same shape.
+
+        ``token_mask`` (``[batch, length]``, True for real tokens; None: all real)
+        keeps padding out of the routing when ``config.ignore_padding_tokens`` is set.
+        """
         cfg = self.config
         num_experts = cfg.num_experts
         shards = _expert_axis_size()
@@ -156,11 +162,14 @@ class MoeBlock(nn.Module):
             inputs.reshape(groups, per_group, embed), ("batch", "length", "embed")
         )
         logits = Router(num_experts, cfg.jitter_noise, name="router")(tokens, train)
+        padding = None
+        if cfg.ignore_padding_tokens and token_mask is not None:
+            padding = token_mask.reshape(groups, per_group)
         if cfg.router == "experts_choose" and not self.causal:
-            routing = _routing.experts_choose(logits, min(capacity, per_group))
+            routing = _routing.experts_choose(logits, min(capacity, per_group), padding)
         else:
             bpr = cfg.batch_prioritized_routing and not self.causal
-            routing = _routing.tokens_choose(logits, cfg.num_selected_experts, capacity, bpr)
+            routing = _routing.tokens_choose(logits, cfg.num_selected_experts, capacity, bpr, padding)
         dtype = cfg.expert_dtype or cfg.dtype
         dispatch = routing.dispatch.astype(dtype)
         grouped = jnp.einsum("gtd,gtec->gecd", tokens.astype(dtype), dispatch)

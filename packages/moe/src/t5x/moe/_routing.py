@@ -53,7 +53,11 @@ def load_balancing_loss(probs: jax.Array, expert_index: jax.Array) -> jax.Array:
 
 
 def tokens_choose(
-    logits: jax.Array, num_selected: int, capacity: int, batch_prioritized: bool = False
+    logits: jax.Array,
+    num_selected: int,
+    capacity: int,
+    batch_prioritized: bool = False,
+    padding_mask: jax.Array | None = None,
 ) -> Routing:
     """Each token picks its top ``num_selected`` experts; experts take tokens until full.
 
@@ -70,18 +74,26 @@ def tokens_choose(
       num_selected: experts per token (k).
       capacity: slots per expert per group.
       batch_prioritized: order tokens by router confidence (V-MoE's BPR).
+      padding_mask: ``[groups, tokens]``, 1 for real tokens; padding tokens then choose
+        no expert (they take no slot) and count as probability 0 in the
+        load-balancing loss, as upstream's ``ignore_padding_tokens``.
 
     Returns:
       The routing.
     """
-    probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+    logits = _masked_logits(logits, padding_mask)
+    probs = jax.nn.softmax(logits, axis=-1)
     groups, tokens, num_experts = probs.shape
-    _, expert_index = jax.lax.top_k(probs, num_selected)  # [g, t, k]
+    top_probs, expert_index = jax.lax.top_k(probs, num_selected)  # [g, t, k]
+    if padding_mask is not None:
+        real = padding_mask[..., None] > 0
+        expert_index = jnp.where(real, expert_index, -1)  # one_hot(-1) is all zeros: no expert
+        top_probs = jnp.where(real, top_probs, 0.0)
+        probs = jnp.where(real, probs, 0.0)
     aux = load_balancing_loss(probs, expert_index)
     order = None
     if batch_prioritized:
-        top1 = jnp.take_along_axis(probs, expert_index[..., :1], axis=-1)[..., 0]
-        order = jnp.argsort(-top1, axis=-1)
+        order = jnp.argsort(-top_probs[..., 0], axis=-1)
         expert_index = jnp.take_along_axis(expert_index, order[..., None], axis=1)
     # Rank-major order: [g, k, t] flattened, so all first choices queue before second ones.
     ranked = jnp.swapaxes(expert_index, 1, 2).reshape(groups, num_selected * tokens)
@@ -98,7 +110,7 @@ def tokens_choose(
     return Routing(dispatch, combine, aux, router_z_loss(logits))
 
 
-def experts_choose(logits: jax.Array, capacity: int) -> Routing:
+def experts_choose(logits: jax.Array, capacity: int, padding_mask: jax.Array | None = None) -> Routing:
     """Each expert takes the ``capacity`` tokens of a group it scores highest (Expert Choice).
 
     A token may be taken by several experts or by none; its combine weight for an
@@ -108,17 +120,31 @@ def experts_choose(logits: jax.Array, capacity: int) -> Routing:
     Args:
       logits: ``[groups, tokens, experts]`` router logits.
       capacity: tokens each expert takes per group (at most ``tokens``).
+      padding_mask: ``[groups, tokens]``, 1 for real tokens; a padding token's
+        probabilities become 0, so experts take it only when out of real tokens,
+        and then with combine weight 0 (upstream's ``ignore_padding_tokens``).
 
     Returns:
       The routing; ``aux_loss`` is 0.
     """
-    probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+    logits = _masked_logits(logits, padding_mask)
+    probs = jax.nn.softmax(logits, axis=-1)
+    if padding_mask is not None:
+        probs = jnp.where(padding_mask[..., None] > 0, probs, 0.0)
     tokens = probs.shape[1]
     gate, token_index = jax.lax.top_k(jnp.swapaxes(probs, 1, 2), capacity)  # [g, e, c]
     dispatch = jax.nn.one_hot(token_index, tokens, dtype=jnp.float32)  # [g, e, c, t]
     dispatch = jnp.moveaxis(dispatch, 3, 1)  # [g, t, e, c]
     combine = gate[:, None, :, :] * dispatch
     return Routing(dispatch, combine, jnp.zeros((), jnp.float32), router_z_loss(logits))
+
+
+def _masked_logits(logits: jax.Array, padding_mask: jax.Array | None) -> jax.Array:
+    """Float32 logits, 0 for padding tokens (so their z-loss term is the constant ``log(experts)**2``)."""
+    logits = logits.astype(jnp.float32)
+    if padding_mask is None:
+        return logits
+    return logits * padding_mask[..., None].astype(jnp.float32)
 
 
 def expert_capacity(tokens_per_group: int, num_experts: int, capacity_factor: float, minimum: int) -> int:
