@@ -14,12 +14,14 @@ unless `--optimizer`, `--lr`, `--schedule` say otherwise) on the built-in synthe
 problems of `synthetic_text_to_text` (byte vocabulary; `--task all` mixes the four, or name
 one), same batches and seed, and reports both cross-entropies per target token at the end
 (mean of the last 10 steps). `--task corpus` pretrains on `synthetic_corpus_span_corruption`
-instead and adds the validation cross entropy at quarter points. `--set FIELD=VALUE` changes
+instead and adds the validation cross entropy at quarter points; `--task facts` is a
+memorisation problem (a fixed table of `--facts` random keys and values), where extra
+parameters should matter most. `--set FIELD=VALUE` changes
 the MoE's config (top-k, router, grouping, layer period), `--dense-mlp-dim` the dense twin's.
 
 Usage:
     python tools/bench_moe.py [--steps 5] [--warmup 1] [--quick] [--json OUT]
-    python tools/bench_moe.py --quality 400 [--task all|corpus|NAME] [--experts 8] [--capacity 2.0]
+    python tools/bench_moe.py --quality 400 [--task all|corpus|facts|NAME] [--facts 2000] [--experts 8] [--capacity 2.0]
         [--set num_selected_experts=2 ...] [--dense-mlp-dim 1024] [--seeds 0,1,2]
         [--optimizer adam|adafactor] [--lr 3e-3] [--schedule constant|cosine] [--json OUT]
 """
@@ -122,6 +124,31 @@ def _problem_batches(task: str, steps: int, batch: int, length: int, seed: int =
         # Another seed also sees the examples in another order (seed 0 keeps the original one).
         order = np.random.default_rng(seed).permutation(len(pairs))
         pairs = [pairs[i] for i in order]
+    return _text_batches(pairs, steps, batch, length, vocab), vocab.vocab_size
+
+
+def _facts_batches(
+    num_facts: int, steps: int, batch: int, length: int, seed: int = 0
+) -> tuple[list[dict], int]:
+    """A memorisation problem: ``recall 04817`` -> two words, from a fixed table of ``num_facts``.
+
+    The keys are distinct random five-digit numbers and the values random pairs of
+    the synthetic problems' 50 words (about 11 bits a fact); the table is the same
+    for every seed, which draws the examples (uniformly, with repetition).
+    """
+    from t5x.tasks.builtin import WORDS, builtin_vocabulary
+
+    table = np.random.default_rng(1234)
+    keys = table.choice(100_000, num_facts, replace=False)
+    values = table.integers(0, len(WORDS), (num_facts, 2))
+    facts = [(f"recall {k:05d}", f"{WORDS[a]} {WORDS[b]}") for k, (a, b) in zip(keys, values, strict=True)]
+    drawn = np.random.default_rng(seed + 77).integers(0, num_facts, steps * batch)
+    vocab = builtin_vocabulary()
+    return _text_batches([facts[i] for i in drawn], steps, batch, length, vocab), vocab.vocab_size
+
+
+def _text_batches(pairs: list[tuple[str, str]], steps: int, batch: int, length: int, vocab) -> list[dict]:
+    """Encoder-decoder batches of (input, target) texts, padded to ``length``."""
 
     def pad(ids: list[int]) -> list[int]:
         ids = [*ids[: length - 1], vocab.eos_id]
@@ -139,7 +166,7 @@ def _problem_batches(task: str, steps: int, batch: int, length: int, seed: int =
             "decoder_target_tokens": targets,
             "decoder_loss_weights": (targets > 0).astype(np.float32),
         })  # fmt: skip
-    return out, vocab.vocab_size
+    return out
 
 
 CORPUS_TASK = "synthetic_corpus_span_corruption"
@@ -247,6 +274,7 @@ def quality(
     schedule: str = "constant",
     optimizer: str = "adam",
     loss_normalizing_factor: str | None = None,
+    facts: int = 2000,
 ) -> dict:
     """Trains the tiny MoE and its dense twin on the same batches; their losses at the end.
 
@@ -266,9 +294,13 @@ def quality(
         name = _corpus_task(train_docs)
         lengths = dict(CORPUS_LENGTHS)
     else:
-        batches, vocab_size = _problem_batches(task, steps, 32, 32, seed)
+        if task == "facts":
+            batches, vocab_size = _facts_batches(facts, steps, 32, 32, seed)
+            name = f"recall {facts} facts"
+        else:
+            batches, vocab_size = _problem_batches(task, steps, 32, 32, seed)
+            name = "synthetic_text_to_text problems" if task == "all" else f"synthetic_{task}"
         validation, lengths = [], {"inputs": 32, "targets": 32}
-        name = "synthetic_text_to_text problems" if task == "all" else f"synthetic_{task}"
     cfg = dataclasses.replace(_tiny_config(vocab_size, experts, capacity, width), **(moe_fields or {}))
     dense = dense_twin(cfg)
     if dense_mlp_dim:
@@ -404,7 +436,11 @@ def main() -> None:
     parser.add_argument(
         "--task",
         default="all",
-        help="with --quality: a synthetic problem, all four mixed, or corpus (span-corruption pretraining)",
+        help="with --quality: a synthetic problem, all four mixed, corpus (span-corruption pretraining) "
+        "or facts (memorising --facts key-value pairs)",
+    )
+    parser.add_argument(
+        "--facts", type=int, default=2000, help="with --quality --task facts: the table's size"
     )
     parser.add_argument(
         "--set",
@@ -469,6 +505,7 @@ def main() -> None:
                 args.schedule,
                 args.optimizer,
                 args.loss_normalizing_factor,
+                args.facts,
             )
             for s in seeds
         ]

@@ -24,7 +24,7 @@ from t5x.tasks.builtin._prompted_mc import (
     register_prompted_mc_tasks,
 )
 from t5x.tasks.builtin._study import STUDY_OBJECTIVES, objective_task
-from t5x.tasks.builtin._synthetic import PROBLEMS, generate_corpus, make_examples
+from t5x.tasks.builtin._synthetic import PROBLEMS, WORDS, generate_corpus, make_examples
 from t5x.tasks.builtin._tasks import (
     BUILTIN_MIXTURES,
     BUILTIN_TASKS,
@@ -45,6 +45,7 @@ __all__ = [
     "NUM_CHOICES",
     "PROBLEMS",
     "STUDY_OBJECTIVES",
+    "WORDS",
     "builtin_corpus_source",
     "builtin_vocabulary",
     "exact_match",
