@@ -83,14 +83,6 @@ def real_tokens(mask: jax.Array | None) -> jax.Array | None:
     return jnp.any(mask[:, 0] > 0, axis=-1)
 
 
-def _feed_forward(layer: Any, causal: bool, step_kernels: str, y: jax.Array, mask: Any, deterministic: bool):
-    """The layer's ``mlp`` applied to ``y``; a block other than the dense MLP also gets the token mask."""
-    block = (layer.feed_forward or dense_mlp)(layer.config, layer.layer_index, causal, step_kernels)
-    if isinstance(block, MlpBlock):
-        return block(y, deterministic=deterministic)
-    return block(y, deterministic=deterministic, token_mask=real_tokens(mask))
-
-
 def dense_mlp(cfg: Any, layer_index: int = 0, causal: bool = False, step_kernels: str = "xla") -> MlpBlock:
     """The dense feed-forward block of every layer (the default ``FeedForward``)."""
     del layer_index, causal
@@ -104,6 +96,14 @@ def dense_mlp(cfg: Any, layer_index: int = 0, causal: bool = False, step_kernels
         step_kernels=step_kernels,
         name="mlp",
     )
+
+
+def _feed_forward(layer: Any, causal: bool, step_kernels: str, y: jax.Array, mask: Any, deterministic: bool):
+    """The layer's ``mlp`` applied to ``y``; a block other than the dense MLP also gets the token mask."""
+    block = (layer.feed_forward or dense_mlp)(layer.config, layer.layer_index, causal, step_kernels)
+    if isinstance(block, MlpBlock):
+        return block(y, deterministic=deterministic)
+    return block(y, deterministic=deterministic, token_mask=real_tokens(mask))
 
 
 def _dropout(cfg: Any, x: jax.Array, deterministic: bool) -> jax.Array:
