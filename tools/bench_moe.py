@@ -12,8 +12,8 @@ capacity factor `--capacity`) and its dense twin (same widths: the MoE has more 
 parameters at about the same FLOPs per token) for STEPS optimizer steps (Adam at a constant 3e-3
 unless `--optimizer`, `--lr`, `--schedule` say otherwise) on the built-in synthetic
 problems of `synthetic_text_to_text` (byte vocabulary; `--task all` mixes the four, or name
-one), same batches and seed, and reports both cross-entropies per target token at the end
-(mean of the last 10 steps). `--task corpus` pretrains on `synthetic_corpus_span_corruption`
+one), same batches (32 sequences unless `--batch`) and seed, and reports both cross-entropies
+per target token at the end (mean of the last 10 steps) and at quarter points. `--task corpus` pretrains on `synthetic_corpus_span_corruption`
 instead and adds the validation cross entropy at quarter points; `--task facts` is a
 memorisation problem (a fixed table of `--facts` random keys and values), where extra
 parameters should matter most. `--set FIELD=VALUE` changes
@@ -23,7 +23,7 @@ Usage:
     python tools/bench_moe.py [--steps 5] [--warmup 1] [--quick] [--json OUT]
     python tools/bench_moe.py --quality 400 [--task all|corpus|facts|NAME] [--facts 2000] [--experts 8] [--capacity 2.0]
         [--set num_selected_experts=2 ...] [--dense-mlp-dim 1024] [--seeds 0,1,2]
-        [--optimizer adam|adafactor] [--lr 3e-3] [--schedule constant|cosine] [--json OUT]
+        [--optimizer adam|adafactor] [--lr 3e-3] [--schedule constant|cosine] [--batch 32] [--json OUT]
 """
 
 from __future__ import annotations
@@ -210,15 +210,16 @@ def _corpus_batches(
     task = get_mixture_or_task(_corpus_task(train_docs))
     converter = EncDecFeatureConverter(pack=False)
 
-    def read(split: str, shuffle: bool, epochs: int | None, count: int | None) -> list[dict]:
+    def read(split: str, shuffle: bool, epochs: int | None, count: int | None, size: int) -> list[dict]:
         ds = task.get_dataset(CORPUS_LENGTHS, split=split, shuffle=shuffle, seed=seed, num_epochs=epochs)
-        ds = converter(ds, CORPUS_LENGTHS).batch(batch, drop_remainder=True)
+        ds = converter(ds, CORPUS_LENGTHS).batch(size, drop_remainder=True)
         if count is not None:
             ds = ds.take(count)
         return list(ds.as_numpy_iterator())
 
     vocab = task.output_features["targets"].vocabulary
-    return read("train", True, None, steps), read("validation", False, 1, None), vocab.vocab_size
+    # Validation in batches of 32 whatever the train batch, so every run scores the same examples.
+    return read("train", True, None, steps, batch), read("validation", False, 1, None, 32), vocab.vocab_size
 
 
 def _tiny_config(vocab_size: int, experts: int, capacity: float, width: int):
@@ -275,6 +276,7 @@ def quality(
     optimizer: str = "adam",
     loss_normalizing_factor: str | None = None,
     facts: int = 2000,
+    batch: int = 32,
 ) -> dict:
     """Trains the tiny MoE and its dense twin on the same batches; their losses at the end.
 
@@ -290,15 +292,15 @@ def quality(
     from t5x.moe import MoeEncoderDecoderModel, dense_twin
 
     if task == "corpus":
-        batches, validation, vocab_size = _corpus_batches(steps, 32, seed, train_docs)
+        batches, validation, vocab_size = _corpus_batches(steps, batch, seed, train_docs)
         name = _corpus_task(train_docs)
         lengths = dict(CORPUS_LENGTHS)
     else:
         if task == "facts":
-            batches, vocab_size = _facts_batches(facts, steps, 32, 32, seed)
+            batches, vocab_size = _facts_batches(facts, steps, batch, 32, seed)
             name = f"recall {facts} facts"
         else:
-            batches, vocab_size = _problem_batches(task, steps, 32, 32, seed)
+            batches, vocab_size = _problem_batches(task, steps, batch, 32, seed)
             name = "synthetic_text_to_text problems" if task == "all" else f"synthetic_{task}"
         validation, lengths = [], {"inputs": 32, "targets": 32}
     cfg = dataclasses.replace(_tiny_config(vocab_size, experts, capacity, width), **(moe_fields or {}))
@@ -308,7 +310,7 @@ def quality(
     result = {
         "task": name,
         "steps": steps,
-        "batch": 32,
+        "batch": batch,
         "lengths": lengths,
         "width": width,
         "experts": experts,
@@ -361,17 +363,20 @@ def quality(
             return float(sum(float(c) for c, _ in sums) / sum(float(n) for _, n in sums))
 
         rng = jax.random.PRNGKey(seed + 1000)
-        losses, curve = [], {}
-        for i, batch in enumerate(batches, 1):
+        losses, curve, train_curve = [], {}, {}
+        for i, train_batch in enumerate(batches, 1):
             rng, step_rng = jax.random.split(rng)
-            params, state, loss, routing = step(params, state, batch, step_rng)
+            params, state, loss, routing = step(params, state, train_batch, step_rng)
             losses.append(float(loss))
-            if validation and i % max(1, steps // 4) == 0:
-                curve[i] = validation_loss(params)
+            if i % max(1, steps // 4) == 0:
+                train_curve[i] = float(np.mean(losses[-10:]))
+                if validation:
+                    curve[i] = validation_loss(params)
         result[name] = {
             "params": sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(params)),
             "first_loss": losses[0],
             "final_loss": float(np.mean(losses[-10:])),
+            "train_curve": train_curve,  # the mean of the last 10 steps' losses at quarter points
             "flops_per_token": model.flops_per_token(flop_lengths),
             "last_step_routing": {k: float(v) for k, v in routing.items()},  # MoE only
         }
@@ -460,6 +465,7 @@ def main() -> None:
         default=None,
         help="with --quality --task corpus: generated training documents (default: the built-in 5,000)",
     )
+    parser.add_argument("--batch", type=int, default=32, help="with --quality: sequences per train batch")
     parser.add_argument("--width", type=int, default=64, help="with --quality: model width (MLP 2x)")
     parser.add_argument("--experts", type=int, default=8, help="with --quality")
     parser.add_argument("--capacity", type=float, default=2.0, help="with --quality: train capacity factor")
@@ -506,6 +512,7 @@ def main() -> None:
                 args.optimizer,
                 args.loss_normalizing_factor,
                 args.facts,
+                args.batch,
             )
             for s in seeds
         ]
