@@ -13,11 +13,12 @@ parameters at about the same FLOPs per token) for STEPS optimizer steps (Adam at
 unless `--optimizer`, `--lr`, `--schedule` say otherwise) on the built-in synthetic
 problems of `synthetic_text_to_text` (byte vocabulary; `--task all` mixes the four, or name
 one), same batches (32 sequences unless `--batch`) and seed, and reports both cross-entropies
-per target token at the end (mean of the last 10 steps) and at quarter points. `--task corpus` pretrains on `synthetic_corpus_span_corruption`
-instead and adds the validation cross entropy at quarter points; `--task facts` is a
-memorisation problem (a fixed table of `--facts` random keys and values), where extra
-parameters should matter most. `--set FIELD=VALUE` changes
-the MoE's config (top-k, router, grouping, layer period), `--dense-mlp-dim` the dense twin's.
+per target token at the end (mean of the last 10 steps) and at quarter points. `--task corpus`
+pretrains on `synthetic_corpus_span_corruption` instead and adds the validation cross entropy
+at quarter points; `--task facts` is a memorisation problem (a fixed table of `--facts`
+random keys and values), where extra parameters should matter most. `--set FIELD=VALUE`
+changes the MoE's config (top-k, router, grouping, layer period), `--dense-mlp-dim` the
+dense twin's.
 
 Usage:
     python tools/bench_moe.py [--steps 5] [--warmup 1] [--quick] [--json OUT]
