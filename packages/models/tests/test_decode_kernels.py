@@ -309,6 +309,39 @@ def test_greedy_decodes_with_the_packed_kernel_equal_xlas(kind, batch):
     np.testing.assert_allclose(packed_aux["scores"], xla_aux["scores"], rtol=1e-5, atol=1e-5)
 
 
+@requires_compiler
+@pytest.mark.parametrize("kind", ["encdec", "decoder"])
+def test_a_decode_call_packs_its_kernels_after_the_encoder_or_prompt_pass(kind):
+    # Packed before that pass, the kernels would be held through it: the call's temporary
+    # memory would be the pass's plus theirs (here 11.7 against 8.0 MB, 9.0 against 6.5).
+    assert cpu_kernels_ready()
+    config = dict(vocab_size=4096, emb_dim=128, num_heads=4, head_dim=32, mlp_dim=256)
+    batch, prompt, new = 8, 128, 8
+    if kind == "encdec":
+        model = EncoderDecoderModel(preset("t5_1_1_tiny", **config), cpu_kernels=True)
+        features = {
+            "encoder_input_tokens": jnp.ones((batch, prompt), jnp.int32),
+            "decoder_input_tokens": jnp.zeros((batch, new), jnp.int32),
+        }
+        first_pass = lambda p, f: model._encode_jit(p, f["encoder_input_tokens"])  # noqa: E731
+    else:
+        model = DecoderOnlyModel(preset("decoder_tiny", **config), cpu_kernels=True)
+        features = {
+            "decoder_input_tokens": jnp.ones((batch, prompt + new), jnp.int32),
+            "decoder_causal_attention": jnp.ones((batch, prompt + new), jnp.int32).at[:, prompt:].set(0),
+        }
+        first_pass = model.prefill_cache
+    shapes = {k: v.shape for k, v in features.items()}
+    params = model.get_initial_variables(jax.random.PRNGKey(0), shapes)["params"]
+
+    def temp_bytes(fn):
+        return jax.jit(fn).lower(params, features).compile().memory_analysis().temp_size_in_bytes
+
+    call = temp_bytes(lambda p, f: model.predict_batch_with_aux(p, f)[0])
+    packed = sum(leaf.nbytes for leaf in jax.tree.leaves(pack_decode_kernels(params["decoder"])))
+    assert call < temp_bytes(first_pass) + packed
+
+
 _READY_SCRIPT = """
 import json, os, sys
 from t5x.models._cpu_kernels import unavailable_reason

@@ -9,6 +9,7 @@ import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from t5x import decoding
 from t5x.models._base import BaseModel
@@ -257,14 +258,19 @@ class _TransformerModel(BaseModel):
         joins = rows == 1 and bool(join_decode_kernels(params["decoder"]))
         return step_kernels(self.cpu_kernels, self.config, rows, joins)
 
-    def _step(self, params: PyTree, rows: int) -> tuple[Any, dict[str, PyTree]]:
+    def _step(self, params: PyTree, rows: int, after: PyTree) -> tuple[Any, dict[str, PyTree]]:
         """The network and variables a decode call's steps of ``rows`` rows run with.
 
         The decoder's kernels are packed (``"packed"``) or joined (``"joined"``) once per
-        decode call, outside its loop; the encoder does not run per step.
+        decode call, outside its loop; the encoder does not run per step. They are made from
+        ``params`` only once ``after`` (the encoder's output, the prompt's cache) is computed:
+        otherwise XLA may make them first and hold them through the encoder or prefill pass,
+        whose buffers then come on top of theirs in the call's peak memory.
         """
         mode = self.step_kernels(params, rows)
         variables = {"params": params}
+        if mode != "xla":
+            params = lax.optimization_barrier((after, params))[1]
         if mode == "packed":
             variables[PACKED] = {"decoder": pack_decode_kernels(params["decoder"])}
         elif mode == "joined":
@@ -450,7 +456,7 @@ class EncoderDecoderModel(_TransformerModel):
         encoded = self._encode_jit(params, jnp.asarray(enc))
         encoded = decoding.flat_batch_beam_expand(encoded, rows)
         raw_inputs = decoding.flat_batch_beam_expand(jnp.asarray(enc), rows)
-        step_module, variables = self._step(params, enc.shape[0] * rows)
+        step_module, variables = self._step(params, enc.shape[0] * rows, after=encoded)
 
         def tokens_to_logits(state: Any) -> tuple[jax.Array, PyTree]:
             logits, new_vars = step_module.apply(
@@ -696,7 +702,7 @@ class DecoderOnlyModel(_TransformerModel):
             batch["decoder_causal_attention"], jnp.int32
         )
         rows = num_decodes if decoder_params is None else decoder_params.get("num_decodes", num_decodes)
-        step_module, variables = self._step(params, inputs.shape[0] * rows)
+        step_module, variables = self._step(params, inputs.shape[0] * rows, after=cache)
 
         def tokens_to_logits(state: Any) -> tuple[jax.Array, PyTree]:
             logits, new_vars = step_module.apply(
