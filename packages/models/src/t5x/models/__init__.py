@@ -2,6 +2,7 @@
 
 from t5x.models._attention import MultiHeadDotProductAttention, dot_product_attention
 from t5x.models._base import BaseModel
+from t5x.models._chunked_loss import chunked_cross_entropy
 from t5x.models._config import DecoderOnlyConfig, T5Config
 from t5x.models._cpu_kernels import cpu_kernels_ready
 from t5x.models._flops import decoder_only_flops_per_token, encoder_decoder_flops_per_token
@@ -82,6 +83,7 @@ __all__ = [
     "SpecialLossNormalizingFactor",
     "T5Config",
     "combine_masks",
+    "chunked_cross_entropy",
     "compute_metrics",
     "compute_weighted_cross_entropy",
     "get_input_vocabulary",

@@ -107,11 +107,8 @@ def compute_weighted_cross_entropy(
     """
     if logits.ndim != targets.ndim + 1 or logits.shape[:-1] != targets.shape:
         raise ValueError(f"logits {logits.shape} must be targets {targets.shape} + [vocab]")
-    confidence = 1.0 - label_smoothing
-    low = (1.0 - confidence) / (logits.shape[-1] - 1)
-    normalizing_constant = -(confidence * np.log(confidence) + (1.0 - confidence) * np.log(low + 1e-20))
     loss, z_term = token_cross_entropy(logits, targets, label_smoothing, z_loss)
-    loss = loss - normalizing_constant
+    loss = loss - smoothing_constant(label_smoothing, logits.shape[-1])
     weight_sum: jax.Array = jnp.asarray(np.prod(targets.shape), jnp.float32)
     if weights is not None:
         loss, z_term = loss * weights, z_term * weights
@@ -119,6 +116,13 @@ def compute_weighted_cross_entropy(
     if loss_normalizing_factor is not None:
         loss, z_term = loss / loss_normalizing_factor, z_term / loss_normalizing_factor
     return jnp.sum(loss), jnp.sum(z_term), weight_sum
+
+
+def smoothing_constant(label_smoothing: float, vocab: int) -> float:
+    """Entropy of the smoothed one-hot target: a perfect prediction's loss, subtracted so it scores 0."""
+    confidence = 1.0 - label_smoothing
+    low = (1.0 - confidence) / (vocab - 1)
+    return float(-(confidence * np.log(confidence) + (1.0 - confidence) * np.log(low + 1e-20)))
 
 
 def _weights_per_segment(segment_ids: jax.Array, weights: jax.Array) -> jax.Array:
@@ -187,12 +191,19 @@ def compute_metrics(
     if weights is None:
         weights = jnp.ones(targets.shape, jnp.float32)
     weights = jnp.asarray(weights, jnp.float32)
-    num_tokens = jnp.asarray(np.prod(targets.shape), jnp.float32)
-    nonpadding = jnp.sum(weights)
     correct = jnp.asarray(jnp.argmax(logits, axis=-1) == targets, jnp.float32)
+    return metrics_from_sums(jnp.sum(correct * weights), targets, weights, loss, z_loss)
+
+
+def metrics_from_sums(
+    correct: jax.Array, targets: jax.Array, weights: jax.Array, loss: jax.Array, z_loss: jax.Array
+) -> dict[str, jax.Array]:
+    """``compute_metrics`` from the weighted count of correct predictions instead of the logits."""
+    num_tokens = jnp.asarray(np.prod(targets.shape), jnp.float32)
+    nonpadding = jnp.sum(jnp.asarray(weights, jnp.float32))
     safe = jnp.maximum(nonpadding, 1e-8)
     return {
-        "accuracy": jnp.sum(correct * weights) / safe,
+        "accuracy": correct / safe,
         "loss": loss,
         "loss_per_nonpadding_target_token": loss / safe,
         "loss_per_all_target_tokens": loss / num_tokens,

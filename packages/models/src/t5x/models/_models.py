@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -13,16 +14,17 @@ from jax import lax
 
 from t5x import decoding
 from t5x.models._base import BaseModel
+from t5x.models._chunked_loss import chunked_cross_entropy
 from t5x.models._config import DecoderOnlyConfig, T5Config
 from t5x.models._cpu_kernels import PACKED, pack_decode_kernels
 from t5x.models._flops import decoder_only_flops_per_token, encoder_decoder_flops_per_token
 from t5x.models._joined import JOINED, join_decode_kernels
 from t5x.models._losses import (
-    compute_metrics,
-    compute_weighted_cross_entropy,
     get_loss_normalizing_factor_and_weights,
+    metrics_from_sums,
     token_cross_entropy,
 )
+from t5x.models._network import project_hidden
 from t5x.models._reference import LazyReference
 from t5x.models._step_kernels import CpuKernels, check_config, step_kernels
 from t5x.models._transformer import DecoderOnlyTransformer, EncoderDecoderTransformer
@@ -121,8 +123,18 @@ class _TransformerModel(BaseModel):
         self._loss_jit = jax.jit(self._loss)
         self._score_jit = jax.jit(self._score, static_argnums=2)
 
-    def _logits(self, params: PyTree, batch: Mapping[str, Any], dropout_rng: Any) -> jax.Array:
+    def _forward(
+        self, params: PyTree, batch: Mapping[str, Any], dropout_rng: Any, hidden_only: bool = False
+    ) -> jax.Array:
+        """Teacher-forced logits, or with ``hidden_only`` the hidden states they come from."""
         raise NotImplementedError
+
+    def _head_params(self, params: PyTree) -> PyTree:
+        """The parameters ``project_hidden`` turns hidden states into logits with."""
+        raise NotImplementedError
+
+    def _logits(self, params: PyTree, batch: Mapping[str, Any], dropout_rng: Any) -> jax.Array:
+        return self._forward(params, batch, dropout_rng)
 
     def compute_logits(self, params: PyTree, batch: Mapping[str, Any], dropout_rng: Any = None) -> jax.Array:
         """Teacher-forced logits ``[batch, length, vocab]`` (dropout only with ``dropout_rng``).
@@ -152,22 +164,40 @@ class _TransformerModel(BaseModel):
     def _loss(
         self, params: PyTree, batch: Mapping[str, Any], dropout_rng: Any
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
-        logits = self._logits(params, batch, dropout_rng)
+        hidden = self._forward(params, batch, dropout_rng, hidden_only=True)
+        loss, _, metrics = self._loss_of_hidden(params, batch, hidden)
+        return loss, metrics
+
+    def _loss_of_hidden(
+        self, params: PyTree, batch: Mapping[str, Any], hidden: jax.Array, extra_loss: Any = 0.0
+    ) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
+        """The cross entropy of the logits of ``hidden``, its z-loss part, and the metrics.
+
+        The whole logits never exist: they and their gradient are made a slice of
+        positions at a time (see ``chunked_cross_entropy``). The metrics' losses are
+        of the cross entropy plus ``extra_loss`` (a subclass's auxiliary losses).
+        """
+        targets = jnp.asarray(batch["decoder_target_tokens"])
         factor, weights = get_loss_normalizing_factor_and_weights(self.loss_normalizing_factor, batch)
-        loss, z_loss, _ = compute_weighted_cross_entropy(
-            logits,
-            batch["decoder_target_tokens"],
-            weights,
-            label_smoothing=self.label_smoothing,
-            z_loss=self.z_loss,
-            loss_normalizing_factor=factor,
+        loss_weights = (
+            jnp.ones(targets.shape, jnp.float32) if weights is None else jnp.asarray(weights, jnp.float32)
         )
+        if factor is not None:
+            loss_weights = loss_weights / factor
         # Metrics count real tokens, not the re-weighted ones of a normalising mode.
         real = batch.get("decoder_loss_weights")
-        if real is None:
-            real = jnp.asarray(batch["decoder_target_tokens"] > 0, jnp.float32)
-        metrics = compute_metrics(logits, batch["decoder_target_tokens"], real, loss, z_loss)
-        return loss, metrics
+        real = jnp.asarray(targets > 0 if real is None else real, jnp.float32)
+        loss, z_loss, correct = chunked_cross_entropy(
+            functools.partial(project_hidden, self.config),
+            self._head_params(params),
+            hidden,
+            targets,
+            loss_weights,
+            real,
+            label_smoothing=self.label_smoothing,
+            z_loss=self.z_loss,
+        )
+        return loss, z_loss, metrics_from_sums(correct, targets, real, loss + extra_loss, z_loss)
 
     def eval_fn(self, params: PyTree, batch: Mapping[str, Any]) -> tuple[jax.Array, dict[str, jax.Array]]:
         """``loss_fn`` without dropout."""
@@ -386,7 +416,9 @@ class EncoderDecoderModel(_TransformerModel):
 
         return _run_init(init, rng)
 
-    def _logits(self, params: PyTree, batch: Mapping[str, Any], dropout_rng: Any) -> jax.Array:
+    def _forward(
+        self, params: PyTree, batch: Mapping[str, Any], dropout_rng: Any, hidden_only: bool = False
+    ) -> jax.Array:
         rngs = {"dropout": dropout_rng} if dropout_rng is not None else None
         return self.module.apply(
             {"params": params},
@@ -399,6 +431,14 @@ class EncoderDecoderModel(_TransformerModel):
             batch.get("decoder_positions"),
             enable_dropout=dropout_rng is not None,
             rngs=rngs,
+            hidden_only=hidden_only,
+        )
+
+    def _head_params(self, params: PyTree) -> PyTree:
+        return (
+            params["token_embedder"]
+            if self.config.logits_via_embedding
+            else params["decoder"]["logits_dense"]
         )
 
     def predict_batch_with_aux(
@@ -586,7 +626,9 @@ class DecoderOnlyModel(_TransformerModel):
     def _causal_attention(self, batch: Mapping[str, Any]) -> Any:
         return batch["decoder_causal_attention"] if self.inputs_bidirectional_attention else None
 
-    def _logits(self, params: PyTree, batch: Mapping[str, Any], dropout_rng: Any) -> jax.Array:
+    def _forward(
+        self, params: PyTree, batch: Mapping[str, Any], dropout_rng: Any, hidden_only: bool = False
+    ) -> jax.Array:
         rngs = {"dropout": dropout_rng} if dropout_rng is not None else None
         return self.module.apply(
             {"params": params},
@@ -597,7 +639,12 @@ class DecoderOnlyModel(_TransformerModel):
             self._causal_attention(batch),
             enable_dropout=dropout_rng is not None,
             rngs=rngs,
+            hidden_only=hidden_only,
         )
+
+    def _head_params(self, params: PyTree) -> PyTree:
+        name = "token_embedder" if self.config.logits_via_embedding else "logits_dense"
+        return params["decoder"][name]
 
     def prefill_cache(self, params: PyTree, batch: Mapping[str, Any]) -> tuple[PyTree, jax.Array]:
         """Fills a fresh KV cache with each example's prompt in one pass.

@@ -27,6 +27,42 @@ from t5x.models._layers import (
 )
 
 _BLC = ("batch", "length", "embed")
+_BLV = ("batch", "length", "vocab")
+
+
+def token_embedder(cfg: Any, name: str | None = None) -> Embed:
+    """The token embedding (tied to the logits with ``logits_via_embedding``)."""
+    return Embed(cfg.vocab_size, cfg.emb_dim, dtype=cfg.dtype, matmul_dtype=cfg.matmul_dtype, name=name)
+
+
+def output_layer(cfg: Any, step_kernels: str = "xla", name: str | None = None) -> DenseGeneral:
+    """The untied logits projection, ``logits_dense``."""
+    return DenseGeneral(
+        cfg.vocab_size,
+        dtype=jnp.float32,
+        matmul_dtype=cfg.matmul_dtype,
+        kernel_axes=("embed", "vocab"),
+        joined_kernel=True,
+        step_kernels=step_kernels,
+        name=name,
+    )
+
+
+def project_hidden(cfg: Any, head_params: Any, hidden: jax.Array) -> jax.Array:
+    """The decoder's logits from its final hidden states, as ``Decoder`` computes them.
+
+    Args:
+      cfg: the network's config.
+      head_params: the parameters of the token embedder (with ``logits_via_embedding``)
+        or of ``logits_dense``.
+      hidden: ``[batch, length, embed]`` (``Decoder(..., hidden_only=True)``).
+    """
+    if cfg.logits_via_embedding:
+        logits = token_embedder(cfg).apply({"params": head_params}, hidden, method=Embed.attend)
+        logits = logits / jnp.sqrt(jnp.float32(hidden.shape[-1]))
+    else:
+        logits = output_layer(cfg).apply({"params": head_params}, hidden)
+    return constrain(logits, _BLV)
 
 
 def relpos_module(cfg: Any, name: str = "relpos_bias") -> RelativePositionBiases:
@@ -358,8 +394,13 @@ class Decoder(nn.Module):
         max_decode_length: int | None = None,
         prefill: bool = False,
         prefill_lengths: jax.Array | None = None,
+        *,
+        hidden_only: bool = False,
     ) -> jax.Array:
         """Returns float32 logits ``[batch, length, vocab]``.
+
+        With ``hidden_only``, returns the hidden states ``[batch, length, embed]``
+        the logits would be computed from (see ``project_hidden``).
 
         Raises:
           ValueError: when decoding without ``max_decode_length``.
@@ -372,13 +413,7 @@ class Decoder(nn.Module):
         bias = None if cfg.per_layer_relpos_bias else _causal_relpos_bias(cfg, length, decode)
         embedding = self.shared_embedding
         if embedding is None:
-            embedding = Embed(
-                cfg.vocab_size,
-                cfg.emb_dim,
-                dtype=cfg.dtype,
-                matmul_dtype=cfg.matmul_dtype,
-                name="token_embedder",
-            )
+            embedding = token_embedder(cfg, name="token_embedder")
         y = embedding(decoder_input_tokens.astype(jnp.int32))
         y = _dropout(cfg, y, deterministic).astype(cfg.dtype)
         args = (
@@ -406,16 +441,10 @@ class Decoder(nn.Module):
         )
         y = LayerNorm(dtype=cfg.dtype, name="decoder_norm")(y)
         y = _dropout(cfg, y, deterministic)
+        if hidden_only:
+            return y
         if cfg.logits_via_embedding:
             logits = embedding.attend(y) / jnp.sqrt(jnp.float32(y.shape[-1]))
         else:
-            logits = DenseGeneral(
-                cfg.vocab_size,
-                dtype=jnp.float32,
-                matmul_dtype=cfg.matmul_dtype,
-                kernel_axes=("embed", "vocab"),
-                joined_kernel=True,
-                step_kernels=self.step_kernels,
-                name="logits_dense",
-            )(y)
-        return constrain(logits, ("batch", "length", "vocab"))
+            logits = output_layer(cfg, self.step_kernels, name="logits_dense")(y)
+        return constrain(logits, _BLV)

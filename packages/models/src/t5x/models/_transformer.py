@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 
 from t5x.models._config import DecoderOnlyConfig, T5Config
-from t5x.models._layers import Embed, combine_masks, make_attention_mask, make_decoder_mask
-from t5x.models._network import Decoder, Encoder
+from t5x.models._layers import combine_masks, make_attention_mask, make_decoder_mask
+from t5x.models._network import Decoder, Encoder, token_embedder
 
 
 class EncoderDecoderTransformer(nn.Module):
@@ -24,9 +24,7 @@ class EncoderDecoderTransformer(nn.Module):
 
     def setup(self) -> None:
         cfg = self.config
-        self.token_embedder = Embed(
-            cfg.vocab_size, cfg.emb_dim, dtype=cfg.dtype, matmul_dtype=cfg.matmul_dtype, name="token_embedder"
-        )
+        self.token_embedder = token_embedder(cfg, name="token_embedder")
         self.encoder = Encoder(config=cfg, shared_embedding=self.token_embedder)
         self.decoder = Decoder(
             config=cfg,
@@ -66,8 +64,12 @@ class EncoderDecoderTransformer(nn.Module):
         enable_dropout: bool = True,
         decode: bool = False,
         max_decode_length: int | None = None,
+        *,
+        hidden_only: bool = False,
     ) -> jax.Array:
         """Returns logits ``[batch, tgt_len, vocab]`` of the decoder over ``encoded``.
+
+        With ``hidden_only``, the final hidden states the logits come from.
 
         Raises:
           ValueError: when decoding with packed (segmented) inputs.
@@ -108,6 +110,7 @@ class EncoderDecoderTransformer(nn.Module):
             not enable_dropout,
             decode,
             max_decode_length,
+            hidden_only=hidden_only,
         )
 
     def __call__(
@@ -123,8 +126,10 @@ class EncoderDecoderTransformer(nn.Module):
         enable_dropout: bool = True,
         decode: bool = False,
         max_decode_length: int | None = None,
+        hidden_only: bool = False,
     ) -> jax.Array:
-        """Teacher-forced logits ``[batch, tgt_len, vocab]``."""
+        """Teacher-forced logits ``[batch, tgt_len, vocab]`` (or, with ``hidden_only``,
+        the decoder's final hidden states)."""
         del encoder_positions
         encoded = self.encode(encoder_input_tokens, encoder_segment_ids, enable_dropout)
         return self.decode(
@@ -138,6 +143,7 @@ class EncoderDecoderTransformer(nn.Module):
             enable_dropout,
             decode,
             max_decode_length,
+            hidden_only=hidden_only,
         )
 
 
@@ -172,6 +178,7 @@ class DecoderOnlyTransformer(nn.Module):
         max_decode_length: int | None = None,
         prefill: bool = False,
         prefill_lengths: jax.Array | None = None,
+        hidden_only: bool = False,
     ) -> jax.Array:
         """Logits ``[batch, length, vocab]``.
 
@@ -187,6 +194,7 @@ class DecoderOnlyTransformer(nn.Module):
           max_decode_length: cache length, needed with ``decode``.
           prefill: fill the cache with a whole prompt.
           prefill_lengths: ``[batch]`` prompt lengths for ``prefill``.
+          hidden_only: return the final hidden states the logits come from.
         """
         del decoder_positions
         mask = None
@@ -207,4 +215,5 @@ class DecoderOnlyTransformer(nn.Module):
             max_decode_length,
             prefill,
             prefill_lengths,
+            hidden_only=hidden_only,
         )

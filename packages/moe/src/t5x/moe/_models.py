@@ -15,11 +15,8 @@ from t5x.models import (
     DecoderOnlyModel,
     EncoderDecoderModel,
     T5Config,
-    compute_metrics,
-    compute_weighted_cross_entropy,
     decoder_only_flops_per_token,
     encoder_decoder_flops_per_token,
-    get_loss_normalizing_factor_and_weights,
 )
 from t5x.moe._config import MoeDecoderOnlyConfig, MoeT5Config
 from t5x.moe._network import MoeDecoderOnlyTransformer, MoeEncoderDecoderTransformer
@@ -97,13 +94,14 @@ class _MoeLoss:
     def _network_inputs(self, batch: Mapping[str, Any]) -> tuple[Any, ...]:
         raise NotImplementedError
 
-    def _logits_and_state(self, params: PyTree, batch: Mapping[str, Any], dropout_rng: Any) -> Any:
-        """Logits, and the MoE layers' sown metrics (``intermediates``)."""
+    def _hidden_and_state(self, params: PyTree, batch: Mapping[str, Any], dropout_rng: Any) -> Any:
+        """The decoder's final hidden states, and the MoE layers' sown metrics (``intermediates``)."""
         rngs = {"dropout": dropout_rng} if dropout_rng is not None else None
         return self.module.apply(
             {"params": params},
             *self._network_inputs(batch),
             enable_dropout=dropout_rng is not None,
+            hidden_only=True,
             rngs=rngs,
             mutable=["intermediates"],
         )
@@ -118,25 +116,13 @@ class _MoeLoss:
     def _loss(
         self, params: PyTree, batch: Mapping[str, Any], dropout_rng: Any
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
-        logits, state = self._logits_and_state(params, batch, dropout_rng)
-        factor, weights = get_loss_normalizing_factor_and_weights(self.loss_normalizing_factor, batch)
-        targets = batch["decoder_target_tokens"]
-        loss, z_loss, _ = compute_weighted_cross_entropy(
-            logits,
-            targets,
-            weights,
-            label_smoothing=self.label_smoothing,
-            z_loss=self.z_loss,
-            loss_normalizing_factor=factor,
-        )
+        hidden, state = self._hidden_and_state(params, batch, dropout_rng)
         experts = _layer_means(state)
         aux = self.aux_loss_factor * experts["auxiliary_loss"]
         router_z = self.router_z_loss_factor * experts["router_z_loss"]
+        loss, z_loss, metrics = self._loss_of_hidden(params, batch, hidden, aux + router_z)  # type: ignore[attr-defined]
         total = loss + aux + router_z
-        real = batch.get("decoder_loss_weights")
-        if real is None:
-            real = jnp.asarray(targets > 0, jnp.float32)
-        metrics = compute_metrics(logits, targets, real, total, z_loss)
+        targets = batch["decoder_target_tokens"]
         cross_ent = loss - z_loss
         metrics["cross_ent_loss"] = cross_ent
         metrics["cross_ent_loss_per_all_target_tokens"] = cross_ent / targets.size
