@@ -128,8 +128,10 @@ class EncoderDecoderTransformer(nn.Module):
         max_decode_length: int | None = None,
         hidden_only: bool = False,
     ) -> jax.Array:
-        """Teacher-forced logits ``[batch, tgt_len, vocab]`` (or, with ``hidden_only``,
-        the decoder's final hidden states)."""
+        """Teacher-forced logits ``[batch, tgt_len, vocab]``.
+
+        With ``hidden_only``, the decoder's final hidden states the logits come from.
+        """
         del encoder_positions
         encoded = self.encode(encoder_input_tokens, encoder_segment_ids, enable_dropout)
         return self.decode(
