@@ -121,6 +121,7 @@ def chunked_cross_entropy(
             return (add(total, (loss, z_term, correct)), d_params), dh
 
         start = (zeros(), jax.tree_util.tree_map(jnp.zeros_like, params))
+        dh: jax.Array
         (total, d_params), dh = jax.lax.scan(body, start, (sliced(h), *features))
         return total, (d_params, _merge(dh)[:, :length])
 

@@ -57,11 +57,12 @@ def project_hidden(cfg: Any, head_params: Any, hidden: jax.Array) -> jax.Array:
         or of ``logits_dense``.
       hidden: ``[batch, length, embed]`` (``Decoder(..., hidden_only=True)``).
     """
+    logits: jax.Array
     if cfg.logits_via_embedding:
-        logits = token_embedder(cfg).apply({"params": head_params}, hidden, method=Embed.attend)
-        logits = logits / jnp.sqrt(jnp.float32(hidden.shape[-1]))
+        scores: Any = token_embedder(cfg).apply({"params": head_params}, hidden, method=Embed.attend)
+        logits = scores / jnp.sqrt(jnp.float32(hidden.shape[-1]))
     else:
-        logits = output_layer(cfg).apply({"params": head_params}, hidden)
+        logits = output_layer(cfg).apply({"params": head_params}, hidden)  # type: ignore[assignment]
     return constrain(logits, _BLV)
 
 
