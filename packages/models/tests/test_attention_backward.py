@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5x.models import dot_product_attention
+from t5x.models import DecoderOnlyModel, _network, dot_product_attention, preset
 
 
 def plain_attention(query, key, value, bias, dtype=jnp.float32):
@@ -96,3 +96,48 @@ def test_the_backward_pass_keeps_no_weights():
     ours = temp_bytes(dot_product_attention, 8) - temp_bytes(dot_product_attention, 2)
     assert plain >= 6 * weights_bytes, plain  # six layers more keep six sets of weights
     assert ours < 2 * weights_bytes, ours  # not per layer: at most one more at the peak
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [((2, 1, 7, 7), (1, 3, 7, 7)), ((2, 1, 1, 7), (1, 3, 7, 7), (7, 7))],
+    ids=["mask+relpos", "three"],
+)
+def test_bias_terms_match_their_sum(shapes):
+    """Bias terms given apiece: the values of their sum, and each term's own gradient."""
+    query, key, value, _, cotangent = _inputs(7, 7, None)
+    terms = tuple(jax.random.normal(jax.random.PRNGKey(i), s) for i, s in enumerate(shapes))
+    out, vjp = jax.vjp(lambda *t: dot_product_attention(query, key, value, t), *terms)
+    want, want_vjp = jax.vjp(lambda *t: plain_attention(query, key, value, sum(t)), *terms)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    for term, got, expected in zip(terms, vjp(cotangent), want_vjp(cotangent), strict=True):
+        assert got.shape == term.shape
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_stack_sums_the_bias_gradient_layer_by_layer(monkeypatch):
+    """Layers sharing one relative-position bias add no per-layer ``[batch, heads, q, k]`` gradient."""
+    batch, heads, length = 2, 4, 256
+    bias_bytes = batch * heads * length * length * 4
+    tokens = np.random.default_rng(0).integers(2, 50, (batch, length)).astype(np.int32)
+    features = {"decoder_input_tokens": tokens, "decoder_target_tokens": tokens,
+                "decoder_loss_weights": np.ones(tokens.shape, np.float32)}  # fmt: skip
+
+    def growth():
+        """Temporaries of a train step's gradient, 8 layers against 2."""
+        sizes = []
+        for layers in (2, 8):
+            cfg = preset("decoder_tiny", vocab_size=50, num_layers=layers, num_heads=heads, dropout_rate=0.0)
+            model = DecoderOnlyModel(cfg)
+            params = model.get_initial_variables(
+                jax.random.PRNGKey(0), {k: v.shape for k, v in features.items()}
+            )
+            grad = jax.jit(jax.grad(lambda p, model=model: model.loss_fn(p, features, None)[0]))
+            sizes.append(grad.lower(params["params"]).compile().memory_analysis().temp_size_in_bytes)
+        return sizes[1] - sizes[0]
+
+    ours = growth()
+    monkeypatch.setattr(_network, "_sum_gradients_per_layer", lambda x, args: (x, args))
+    untied = growth()
+    assert untied >= 5 * bias_bytes, untied  # six layers more keep (about) six bias gradients
+    assert ours < 2 * bias_bytes, ours

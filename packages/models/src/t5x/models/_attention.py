@@ -20,7 +20,7 @@ def dot_product_attention(
     query: jax.Array,
     key: jax.Array,
     value: jax.Array,
-    bias: jax.Array | None = None,
+    bias: jax.Array | tuple[jax.Array, ...] | None = None,
     dropout_rng: jax.Array | None = None,
     dropout_rate: float = 0.0,
     deterministic: bool = True,
@@ -34,7 +34,9 @@ def dot_product_attention(
       query: ``[batch, q_len, heads, head_dim]``.
       key: ``[batch, kv_len, heads, head_dim]``.
       value: ``[batch, kv_len, heads, head_dim]``.
-      bias: broadcastable to ``[batch, heads, q_len, kv_len]``.
+      bias: broadcastable to ``[batch, heads, q_len, kv_len]``, or a tuple of such terms
+        (a mask's bias and a relative-position bias): they are added where the logits are
+        made, so their broadcast sum is never stored, and each gets its own gradient.
       dropout_rng: key for attention-weight dropout.
       dropout_rate: dropout rate on the weights (broadcast over queries).
       deterministic: disables dropout.
@@ -64,11 +66,13 @@ def dot_product_attention(
 
 
 def _attention_weights(
-    query: jax.Array, key: jax.Array, bias: jax.Array | None, dtype: Any, matmul_dtype: Any = None
+    query: jax.Array, key: jax.Array, bias: Any, dtype: Any, matmul_dtype: Any = None
 ) -> tuple[jax.Array, jax.Array]:
     """The softmax over ``q.k + bias``: ``([batch, heads, q_len, kv_len]`` float32, the same in ``dtype``)."""
     # bqhd,bkhd->bhqk
     logits = dot_general(query, key, (((3,), (3,)), ((0, 2), (0, 2))), matmul_dtype)
+    if isinstance(bias, tuple):
+        bias = functools.reduce(jnp.add, bias) if bias else None
     if bias is not None:
         logits = logits + bias.astype(logits.dtype)
     # Softmax statistics in float32 whatever the activation dtype.
@@ -89,7 +93,7 @@ def _weighted_values(weights: jax.Array, value: jax.Array, dtype: Any, matmul_dt
 # recomputation costs one q.k product and one softmax per layer.
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
 def _attention_recomputed(
-    query: jax.Array, key: jax.Array, value: jax.Array, bias: jax.Array | None, dtype: Any
+    query: jax.Array, key: jax.Array, value: jax.Array, bias: Any, dtype: Any
 ) -> jax.Array:
     return _weighted_values(_attention_weights(query, key, bias, dtype)[1], value, dtype)
 
@@ -117,7 +121,7 @@ def _attention_recomputed_bwd(dtype, residuals, grad):  # type: ignore[no-untype
     # bhqk,bkhd->bhqd and bhqk,bqhd->bhkd, each then b?hd.
     d_query = jnp.swapaxes(lax.dot_general(d_logits, key, (((3,), (1,)), ((0, 1), (0, 2)))), 1, 2)
     d_key = jnp.swapaxes(lax.dot_general(d_logits, query, (((2,), (1,)), ((0, 1), (0, 2)))), 1, 2)
-    d_bias = None if bias is None else _sum_to_shape(d_logits, bias.shape).astype(bias.dtype)
+    d_bias = jax.tree_util.tree_map(lambda b: _sum_to_shape(d_logits, b.shape).astype(b.dtype), bias)
     return (
         d_query.astype(query.dtype),
         d_key.astype(key.dtype),
@@ -313,7 +317,7 @@ class MultiHeadDotProductAttention(nn.Module):
         query, key, value = self._qkv(inputs_q, inputs_kv)
         if create_cache:
             self._cache_variables(key, value)
-        return self._attend(query, key, value, self._attention_bias(mask, bias), deterministic)
+        return self._attend(query, key, value, self._bias_terms(mask, bias), deterministic)
 
     def _prefill(
         self,
@@ -341,7 +345,7 @@ class MultiHeadDotProductAttention(nn.Module):
         cached_key.value = jnp.pad(jnp.moveaxis(key, -3, -1) * keep.astype(key.dtype), rest)
         cached_value.value = jnp.pad(jnp.moveaxis(value, -3, -1) * keep.astype(value.dtype), rest)
         cache_index.value = lengths
-        return self._attend(query, key, value, self._attention_bias(mask, bias), deterministic)
+        return self._attend(query, key, value, self._bias_terms(mask, bias), deterministic)
 
     def _cached_step(
         self,
@@ -457,15 +461,20 @@ class MultiHeadDotProductAttention(nn.Module):
         )
 
     def _attention_bias(self, mask: jax.Array | None, bias: Any) -> jax.Array | None:
+        terms = self._bias_terms(mask, bias)
+        return functools.reduce(jnp.add, terms) if terms else None
+
+    def _bias_terms(self, mask: jax.Array | None, bias: Any) -> tuple[jax.Array, ...]:
+        """The mask's bias and the (relative-position) bias, in the mask bias's dtype."""
         if isinstance(bias, RelativeBias):
             bias = bias.full()
-        attention_bias = _mask_to_bias(mask, self.dtype) if mask is not None else None
-        if bias is None:
-            return attention_bias
-        return bias if attention_bias is None else attention_bias + bias.astype(attention_bias.dtype)
+        if mask is None:
+            return () if bias is None else (bias,)
+        attention_bias = _mask_to_bias(mask, self.dtype)
+        return (attention_bias,) if bias is None else (attention_bias, bias.astype(attention_bias.dtype))
 
     def _attend(
-        self, query: jax.Array, key: jax.Array, value: jax.Array, bias: jax.Array | None, deterministic: bool
+        self, query: jax.Array, key: jax.Array, value: jax.Array, bias: Any, deterministic: bool
     ) -> jax.Array:
         dropout_rng = None
         if not deterministic and self.dropout_rate > 0.0:
