@@ -72,12 +72,17 @@ def _attention_weights(
     # bqhd,bkhd->bhqk
     logits = dot_general(query, key, (((3,), (3,)), ((0, 2), (0, 2))), matmul_dtype)
     if isinstance(bias, tuple):
-        bias = functools.reduce(jnp.add, bias) if bias else None
+        bias = _summed(bias)
     if bias is not None:
         logits = logits + bias.astype(logits.dtype)
     # Softmax statistics in float32 whatever the activation dtype.
     weights = jax.nn.softmax(logits.astype(jnp.float32))
     return weights, weights.astype(dtype)
+
+
+def _summed(terms: tuple[jax.Array, ...]) -> jax.Array | None:
+    """The sum of bias terms, in their order, or None for none."""
+    return functools.reduce(jnp.add, terms) if terms else None
 
 
 def _weighted_values(weights: jax.Array, value: jax.Array, dtype: Any, matmul_dtype: Any = None) -> jax.Array:
@@ -461,8 +466,7 @@ class MultiHeadDotProductAttention(nn.Module):
         )
 
     def _attention_bias(self, mask: jax.Array | None, bias: Any) -> jax.Array | None:
-        terms = self._bias_terms(mask, bias)
-        return functools.reduce(jnp.add, terms) if terms else None
+        return _summed(self._bias_terms(mask, bias))
 
     def _bias_terms(self, mask: jax.Array | None, bias: Any) -> tuple[jax.Array, ...]:
         """The mask's bias and the (relative-position) bias, in the mask bias's dtype."""

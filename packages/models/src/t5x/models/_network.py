@@ -256,40 +256,41 @@ def _sum_gradients_per_layer(x: jax.Array, args: tuple[Any, ...]) -> tuple[jax.A
     3.8 GiB of temporaries. Tying the running sum to the gradient of ``x`` before a layer
     makes the backward pass finish that addition before it moves on to the layer below.
     """
-    leaves, treedef = jax.tree_util.tree_flatten(args)
-    floats = [i for i, leaf in enumerate(leaves) if _is_float_array(leaf)]
-    if not floats:
-        return x, args
-    x, shared = _tie_gradients(x, tuple(leaves[i] for i in floats))
-    for i, leaf in zip(floats, shared, strict=True):
-        leaves[i] = leaf
-    return x, jax.tree_util.tree_unflatten(treedef, leaves)
+    leaves, treedef = jax.tree_util.tree_flatten((x, args))
+    return jax.tree_util.tree_unflatten(treedef, _map_picked(_tie_gradients, leaves, _is_float_array))
 
 
 def _is_float_array(leaf: Any) -> bool:
     return isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jnp.inexact)
 
 
+def _map_picked(fn: Callable[[tuple], tuple], leaves: list, pick: Callable[[Any], bool]) -> list:
+    """``leaves`` with those ``pick`` selects replaced by ``fn`` of them (all in one call)."""
+    picked = [i for i, leaf in enumerate(leaves) if pick(leaf)]
+    out = list(leaves)
+    for i, new in zip(picked, fn(tuple(leaves[i] for i in picked)), strict=True):
+        out[i] = new
+    return out
+
+
 @jax.custom_vjp
-def _tie_gradients(x: jax.Array, shared: tuple[jax.Array, ...]) -> tuple[jax.Array, tuple[jax.Array, ...]]:
-    return x, shared
+def _tie_gradients(arrays: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+    return arrays
 
 
-def _tie_gradients_fwd(x, shared):  # type: ignore[no-untyped-def]
-    return (x.value, tuple(leaf.value for leaf in shared)), None
+def _tie_gradients_fwd(arrays):  # type: ignore[no-untyped-def]
+    return tuple(a.value for a in arrays), None
 
 
 def _tie_gradients_bwd(_, grads):  # type: ignore[no-untyped-def]
     # The barrier's outputs exist only together: the gradient of x, which the layer below
     # needs, waits for the running sums of the shared arguments' gradients. Zero gradients
     # (masks) stay symbolic rather than be made into arrays for the barrier.
-    leaves, treedef = jax.tree_util.tree_flatten(grads, is_leaf=lambda g: isinstance(g, SymbolicZero))
-    nonzero = [i for i, g in enumerate(leaves) if not isinstance(g, SymbolicZero)]
-    tied = jax.lax.optimization_barrier(tuple(leaves[i] for i in nonzero))
-    out = [None] * len(leaves)
-    for i, g in zip(nonzero, tied, strict=True):
-        out[i] = g
-    return jax.tree_util.tree_unflatten(treedef, out)
+    def nonzero(g: Any) -> bool:
+        return not isinstance(g, SymbolicZero)
+
+    tied = _map_picked(jax.lax.optimization_barrier, list(grads), nonzero)
+    return (tuple(g if nonzero(g) else None for g in tied),)
 
 
 _tie_gradients.defvjp(_tie_gradients_fwd, _tie_gradients_bwd, symbolic_zeros=True)
