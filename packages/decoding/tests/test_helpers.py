@@ -96,6 +96,25 @@ def test_top_k_matches_lax_top_k_including_ties(n, k, native, monkeypatch):
     np.testing.assert_array_equal(indices, ref_indices)
 
 
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("n", [384, 1000])  # block-wise (a multiple of 128), and jnp.argmax's
+def test_argmax_matches_jnp_argmax_with_ties_nans_and_infinities(n, native, monkeypatch):
+    monkeypatch.setattr(_select, "native_top_k", lambda x: native)
+    rng = np.random.default_rng(3)
+    x = np.round(rng.standard_normal((2, 5, n)), 1).astype(np.float32)  # many ties
+    x[0, 1, [7, 300, 301]] = x[0, 1].max() + 1  # ties for the top in two blocks
+    x[0, 2, [200, 40]] = np.nan  # the first NaN wins, in a later block than another maximum
+    x[0, 2, 3] = np.inf
+    x[0, 3] = -np.inf
+    x[1, 0, -1] = np.inf  # the very last entry
+    x[1, 1] = 0.0
+    x[1, 1, 129] = -0.0
+    got = jax.jit(_select.argmax)(jnp.asarray(x))  # a fresh trace per path
+    assert got.dtype == jnp.int32
+    np.testing.assert_array_equal(got, np.asarray(jnp.argmax(jnp.asarray(x), axis=-1)))
+    assert got[0, 1] == 7 and got[0, 2] == 40 and got[0, 3] == 0 and got[1, 0] == n - 1
+
+
 def test_frozen_dict_cache_is_kept_frozen():
     flax_core = pytest.importorskip("flax.core")
     cache = flax_core.freeze(

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t5x.decoding import _checks
+from t5x.decoding import _checks, _select
 from t5x.decoding._beams import flat_batch_beam_expand, keep_scalars, unflatten_beam_dim
 from t5x.decoding._masks import topk_mask, topp_mask
 from t5x.decoding._state import MIN_TEMPERATURE, DecodingState, PyTree
@@ -311,7 +311,7 @@ def _sample_rows(
     none_greedy = temps is not None and bool(np.all(temps > MIN_TEMPERATURE))
 
     def greedy(logits: jax.Array) -> tuple[jax.Array, jax.Array]:
-        token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        token = _select.argmax(logits)
         if rescale_log_probs:
             # The tempered distribution of a zero temperature puts all mass on the argmax.
             return token, jnp.zeros((rows,), jnp.float32)

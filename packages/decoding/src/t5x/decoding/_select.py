@@ -33,6 +33,30 @@ def native_top_k(x: jax.Array) -> bool:
     return static and jax.default_backend() == "cpu" and jax.device_count() == 1
 
 
+def argmax(x: jax.Array) -> jax.Array:
+    """``jnp.argmax(x, axis=-1)`` as int32: the first largest entry, a NaN counting as largest.
+
+    On one CPU device, rows of a multiple of 128 go block-wise: XLA:CPU reduces a row pair by
+    pair (value and index), 0.8 ms for 8 rows of 32k; the largest of each 128-entry block,
+    then the first block holding the row's largest, then its entry, take 0.2 ms.
+    """
+    if not native_top_k(x) or x.shape[-1] == 0 or x.shape[-1] % 128:
+        return jnp.argmax(x, axis=-1).astype(jnp.int32)
+    x = x.reshape(*x.shape[:-1], -1, 128)
+    block_max = jnp.max(x, axis=-1)  # NaN-propagating, as argmax's order
+    top = jnp.max(block_max, axis=-1, keepdims=True)
+    block = _first(block_max, top)
+    entries = jnp.take_along_axis(x, block[..., None, None], axis=-2)[..., 0, :]
+    return block * 128 + _first(entries, top)
+
+
+def _first(x: jax.Array, top: jax.Array) -> jax.Array:
+    """The index of the first entry of each row of ``x`` equal to ``top`` (or NaN, when it is)."""
+    hit = (x == top) | jnp.isnan(x)
+    iota = jnp.arange(x.shape[-1], dtype=jnp.int32)
+    return jnp.min(jnp.where(hit, iota, x.shape[-1]), axis=-1)
+
+
 def top_k(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     """The ``k`` largest entries of each row, best first, ties broken by lower index.
 
