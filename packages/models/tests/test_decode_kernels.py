@@ -4,7 +4,9 @@ For each: what is prepared, that a step really multiplies by it, that it changes
 how a model's ``cpu_kernels`` option chooses between them."""
 
 import json
+import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,9 +31,11 @@ from t5x.models._cpu_kernels import MAX_ROWS as PACKED_MAX_ROWS
 from t5x.models._cpu_kernels import (
     PACKED,
     cache_attention,
+    cache_step,
     pack_decode_kernels,
     pack_kernel,
     packed_matmul,
+    packed_matmuls,
 )
 from t5x.models._joined import JOINED, join_decode_kernels
 
@@ -206,6 +210,31 @@ def test_packed_matmul_keeps_leading_axes_and_vmaps():
     )
 
 
+@requires_compiler
+@pytest.mark.parametrize("rows", [1, 8, 9])
+def test_packed_matmuls_equal_each_product_in_one_call(rows):
+    assert cpu_kernels_ready()
+    rng = np.random.default_rng(rows)
+    x = rng.normal(size=(rows, 24)).astype(np.float32)
+    kernels = [rng.normal(size=(24, n)).astype(np.float32) for n in (32, 70, 5)]
+    fn = jax.jit(lambda x, *packed: packed_matmuls(x, [(p, k.shape[1]) for p, k in zip(packed, kernels)]))
+    packed = [pack_kernel(k) for k in kernels]
+    for got, kernel in zip(fn(x, *packed), kernels, strict=True):
+        np.testing.assert_allclose(got, x.astype(np.float64) @ kernel, rtol=1e-5, atol=1e-5)
+    assert fn.lower(x, *packed).as_text().count("t5x_packed_matmul") == 1
+
+
+@requires_compiler
+def test_a_decoding_step_multiplies_its_query_key_value_and_gates_in_one_call_each():
+    assert cpu_kernels_ready()
+    model, params, features = _greedy_case("decoder", 2)
+    fn = jax.jit(lambda p, b: model.predict_batch_with_aux(p, b, decoder_params={"temperature": 0.0}))
+    hlo = fn.lower(params, features).as_text()
+    # Per layer: query|key|value, the gates wi_0|wi_1, out and wo; then the logits.
+    assert hlo.count("@t5x_packed_matmul(") == 4 * model.config.num_layers + 1
+
+
+@requires_compiler
 def test_pack_kernel_lays_out_32_column_blocks():
     kernel = np.arange(3 * 70, dtype=np.float32).reshape(3, 70)
     packed = np.asarray(pack_kernel(kernel))
@@ -303,7 +332,9 @@ def test_greedy_decodes_with_the_packed_kernel_equal_xlas(kind, batch):
     assert model.cpu_kernels == CpuKernels("auto")
     (packed, packed_aux), packed_hlo = decode("auto")
     (xla, xla_aux), xla_hlo = decode(False)
-    for target in ("t5x_packed_matmul", "t5x_pack_kernel", "t5x_cache_attention"):
+    # Self-attention writes its cache and attends in one kernel; cross-attention only attends.
+    cross = ("t5x_cache_attention",) if kind == "encdec" else ()
+    for target in ("t5x_packed_matmul", "t5x_pack_kernel", "t5x_cache_step", *cross):
         assert target in packed_hlo and target not in xla_hlo
     np.testing.assert_array_equal(packed, xla)
     np.testing.assert_allclose(packed_aux["scores"], xla_aux["scores"], rtol=1e-5, atol=1e-5)
@@ -461,6 +492,59 @@ def test_cache_attention_equals_the_softmax_of_the_einsums(groups, depth, length
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     unbiased = jax.jit(lambda q, k, v: cache_attention(q, k, v, None))(query, key, value)
     np.testing.assert_allclose(unbiased, _softmax_attention(query, key, value, 0.0), rtol=1e-5, atol=1e-5)
+
+
+@requires_compiler
+@pytest.mark.parametrize("per_row", [False, True])
+def test_cache_step_writes_the_position_then_attends_like_xla(per_row):
+    assert cpu_kernels_ready()
+    rng = np.random.default_rng(7)
+    batch, heads, depth, length = 3, 2, 16, 37
+    query, key, value = (rng.normal(size=(batch, heads, depth)).astype(np.float32) for _ in range(3))
+    cached_key, cached_value = (
+        rng.normal(size=(batch, heads, depth, length)).astype(np.float32) for _ in range(2)
+    )
+    # Per row, or one position for all; a position past the end is clamped to the last slot.
+    index = np.array([4, 36, 40] if per_row else [9], np.int32)
+    at = np.minimum(np.broadcast_to(index, (batch,)), length - 1)
+    visible = np.arange(length)[None, None, :] <= at[:, None, None]
+    bias = np.where(visible, rng.normal(size=(batch, 1, length)), -1e10).astype(np.float32)
+    want_key, want_value = cached_key.copy(), cached_value.copy()
+    for row in range(batch):
+        want_key[row, :, :, at[row]] = key[row]
+        want_value[row, :, :, at[row]] = value[row]
+    out, new_key, new_value = jax.jit(cache_step)(query, key, value, cached_key, cached_value, index, bias)
+    np.testing.assert_array_equal(new_key, want_key)
+    np.testing.assert_array_equal(new_value, want_value)
+    want = _softmax_attention(query, want_key, want_value, np.broadcast_to(bias, (batch, heads, length)))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+@requires_compiler
+def test_a_decoding_loop_updates_the_cache_in_place():
+    # A reshaped cache operand made XLA copy the whole cache before each "in-place" write.
+    assert cpu_kernels_ready()
+    batch, heads, depth, length = 2, 2, 8, 64
+    cache = jnp.zeros((batch, heads, depth, length), jnp.float32)
+
+    def loop(query, cached_key, cached_value):
+        def step(i, carry):
+            query, cached_key, cached_value = carry
+            index = jnp.full((1,), i, jnp.int32)
+            out, cached_key, cached_value = cache_step(
+                query, query, query, cached_key, cached_value, index, None
+            )
+            return out, cached_key, cached_value
+
+        return jax.lax.fori_loop(0, length, step, (query, cached_key, cached_value))
+
+    compiled = (
+        jax.jit(loop, donate_argnums=(1, 2)).lower(jnp.ones((batch, heads, depth)), cache, cache).compile()
+    )
+    # Any copy of a whole cache, in whatever shape (the reshaped one was [4, 8, 64]).
+    shapes = re.findall(r"= f32\[([\d,]+)\]\S* copy\(", compiled.as_text())
+    whole = [shape for shape in shapes if math.prod(map(int, shape.split(","))) == cache.size]
+    assert not whole, whole
 
 
 @requires_compiler

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from t5x.models._cpu_kernels import cache_attention, float32_only
+from t5x.models._cpu_kernels import cache_attention, cache_step, float32_only, packed_kernels, packed_matmuls
 from t5x.models._joined import joined_kernel
 from t5x.models._layers import DenseGeneral, RelativeBias, combine_masks, constrain, nd_init
 from t5x.models._matmul import dense, dot_general
@@ -371,17 +371,33 @@ class MultiHeadDotProductAttention(nn.Module):
                 f"length={length}: expected a decoding-step query of shape {expected}, got {query.shape}"
             )
         cur = jnp.reshape(cache_index.value, (-1,))
+        cache_index.value = cache_index.value + 1
+        visible = jnp.arange(length)[None, None, None, :] <= cur[:, None, None, None]
+        mask = combine_masks(mask, jnp.broadcast_to(visible, (batch, 1, 1, length)))
+        attention_bias = self._attention_bias(mask, _bias_rows(bias, cur))
+        dropout = not deterministic and self.dropout_rate > 0.0
+        if (
+            self.step_kernels == "packed"
+            and not dropout
+            and _cache_kernels_take(
+                query, cached_key.value, cached_value.value, self.dtype, self.matmul_dtype
+            )
+        ):
+            # One kernel writes the step's key and value in place and attends.
+            row_bias = None
+            if attention_bias is not None:
+                row_bias = jnp.broadcast_to(attention_bias, (batch, heads, 1, length))[:, :, 0]
+            out, cached_key.value, cached_value.value = cache_step(
+                query[:, 0], key[:, 0], value[:, 0], cached_key.value, cached_value.value, cur, row_bias
+            )
+            return out[:, None]
         # Writing one slot in place (not a one-hot sum over the whole cache) and attending
         # in the cache layout keep a step's memory traffic to one read of the cache.
         full_key = _write_slot(cached_key.value, key, cur)
         full_value = _write_slot(cached_value.value, value, cur)
         cached_key.value = full_key
         cached_value.value = full_value
-        cache_index.value = cache_index.value + 1
-        visible = jnp.arange(length)[None, None, None, :] <= cur[:, None, None, None]
-        mask = combine_masks(mask, jnp.broadcast_to(visible, (batch, 1, 1, length)))
-        attention_bias = self._attention_bias(mask, _bias_rows(bias, cur))
-        if not deterministic and self.dropout_rate > 0.0:
+        if dropout:
             keys, values = jnp.moveaxis(full_key, -1, -3), jnp.moveaxis(full_value, -1, -3)
             return self._attend(query, keys, values, attention_bias, deterministic)
         return self._attend_to_cache(query, full_key, full_value, attention_bias)
@@ -436,18 +452,16 @@ class MultiHeadDotProductAttention(nn.Module):
         self, inputs_q: jax.Array, inputs_kv: jax.Array, *, step: bool = False, cache_layout: bool = False
     ) -> tuple[jax.Array, jax.Array, jax.Array]:
         """Query ``[batch, q_len, heads, head_dim]``, key and value (``cache_layout``: ``[batch, heads, head_dim, kv_len]``)."""
-        joined = None
-        if step and self.step_kernels == "joined" and self.joined_kernel and inputs_q is inputs_kv:
-            joined = joined_kernel(self, "qkv", inputs_q)
-        if joined is not None:
-            # One decoding row: query, key and value in one product (see `join_decode_kernels`).
-            qkv = dense(jnp.asarray(inputs_q, self.dtype), joined.astype(self.dtype), self.matmul_dtype)
+        products = None
+        if step and self.joined_kernel and inputs_q is inputs_kv:
+            products = self._step_qkv(inputs_q)
+        if products is not None:
             query, key, value = (
                 constrain(
                     p.reshape(*p.shape[:-1], self.num_heads, self.head_dim),
                     ("batch", "length", "heads", "kv"),
                 )
-                for p in jnp.split(qkv, 3, axis=-1)
+                for p in products
             )
             return query, key, value
         return (
@@ -455,6 +469,19 @@ class MultiHeadDotProductAttention(nn.Module):
             self._projection("key", inputs_kv, cache_layout=cache_layout),
             self._projection("value", inputs_kv, cache_layout=cache_layout),
         )
+
+    def _step_qkv(self, inputs: jax.Array) -> list[jax.Array] | None:
+        """A decoding step's query, key and value ``[..., heads * head_dim]`` as one call, or None."""
+        if self.step_kernels == "joined" and (joined := joined_kernel(self, "qkv", inputs)) is not None:
+            # One decoding row: query, key and value in one product (see `join_decode_kernels`).
+            qkv = dense(jnp.asarray(inputs, self.dtype), joined.astype(self.dtype), self.matmul_dtype)
+            return jnp.split(qkv, 3, axis=-1)
+        if self.step_kernels == "packed" and float32_only(self.dtype, self.matmul_dtype):
+            packed = packed_kernels(self, ("query", "key", "value"), inputs)
+            if packed is not None:
+                features = self.num_heads * self.head_dim
+                return packed_matmuls(inputs, [(kernel, features) for kernel in packed])
+        return None
 
     def _cache_variables(self, key: jax.Array, value: jax.Array) -> tuple[Any, Any, Any]:
         """``cached_key``, ``cached_value`` and ``cache_index``, created for ``key``'s shape if new."""

@@ -27,7 +27,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ _SOURCE = "cpu_kernels.cc"
 _TARGETS = {
     "t5x_packed_matmul": "T5xPackedMatmul",
     "t5x_cache_attention": "T5xCacheAttention",
+    "t5x_cache_step": "T5xCacheStep",
     "t5x_pack_kernel": "T5xPackKernel",
 }
 _FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w")
@@ -67,10 +68,23 @@ def pack_kernel(kernel: jax.Array) -> jax.Array:
 
 def packed_matmul(x: jax.Array, packed: jax.Array, features: int) -> jax.Array:
     """``x [..., in] @ kernel [in, features]``, given ``packed = pack_kernel(kernel)``."""
+    return packed_matmuls(x, [(packed, features)])[0]
+
+
+def packed_matmuls(x: jax.Array, kernels: Sequence[tuple[jax.Array, int]]) -> list[jax.Array]:
+    """``x @ kernel`` for each ``(pack_kernel(kernel), features)`` of ``kernels``, in one call.
+
+    A step's query, key and value (or its gated MLP's inputs) then take one kernel call, and
+    their column blocks are split over the threads together.
+    """
     rows = x.reshape(-1, x.shape[-1]).astype(jnp.float32)
-    out_type = jax.ShapeDtypeStruct((rows.shape[0], packed.shape[0] * _BLOCK), jnp.float32)
-    out = jax.ffi.ffi_call("t5x_packed_matmul", out_type, vmap_method="sequential")(rows, packed)
-    return out[:, :features].reshape(*x.shape[:-1], features)
+    out_types = [jax.ShapeDtypeStruct((rows.shape[0], p.shape[0] * _BLOCK), jnp.float32) for p, _ in kernels]
+    call = jax.ffi.ffi_call("t5x_packed_matmul", out_types, vmap_method="sequential")
+    outs = call(rows, *(p for p, _ in kernels))
+    return [
+        out[:, :features].reshape(*x.shape[:-1], features)
+        for out, (_, features) in zip(outs, kernels, strict=True)
+    ]
 
 
 def cache_attention(query: jax.Array, key: jax.Array, value: jax.Array, bias: jax.Array | None) -> jax.Array:
@@ -99,6 +113,51 @@ def cache_attention(query: jax.Array, key: jax.Array, value: jax.Array, bias: ja
         bias,
     )
     return out.reshape(*lead, depth)
+
+
+def cache_step(
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    cached_key: jax.Array,
+    cached_value: jax.Array,
+    index: jax.Array,
+    bias: jax.Array | None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """A decoding step's self-attention: writes ``key`` / ``value`` into the caches, attends.
+
+    Args:
+      query, key, value: ``[batch, heads, depth]``, one position per row.
+      cached_key, cached_value: ``[batch, heads, depth, length]``; updated in place (the
+        results alias them), so the caller hands them over.
+      index: ``[1]`` or ``[batch]`` int32, the position each row writes (clamped into the
+        cache, as ``lax.dynamic_update_slice``).
+      bias: broadcastable to ``[batch, heads, length]``, or None; as in :func:`cache_attention`.
+
+    Returns:
+      ``(out [batch, heads, depth], cached_key, cached_value)`` after the write.
+    """
+    batch, heads, depth, length = cached_key.shape
+    bias = jnp.zeros((), jnp.float32) if bias is None else bias.astype(jnp.float32)
+    # The caches go in with their own shape: XLA copied a reshaped one before the in-place write.
+    out_types = (
+        jax.ShapeDtypeStruct(cached_key.shape, jnp.float32),
+        jax.ShapeDtypeStruct(cached_value.shape, jnp.float32),
+        jax.ShapeDtypeStruct((batch, heads, depth), jnp.float32),
+    )
+    call = jax.ffi.ffi_call(
+        "t5x_cache_step", out_types, input_output_aliases={0: 0, 1: 1}, vmap_method="sequential"
+    )
+    new_key, new_value, out = call(
+        cached_key,
+        cached_value,
+        query.astype(jnp.float32),
+        key.astype(jnp.float32),
+        value.astype(jnp.float32),
+        jnp.asarray(index, jnp.int32).reshape(-1),
+        jnp.broadcast_to(bias, (batch, heads, length)),
+    )
+    return out, new_key, new_value
 
 
 def pack_decode_kernels(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -137,6 +196,19 @@ def packed_kernel(module: nn.Module, inputs: jax.Array) -> jax.Array | None:
             "layer's packed kernel (`pack_decode_kernels` of the parameters)"
         )
     return packed
+
+
+def packed_kernels(module: nn.Module, names: Sequence[str], inputs: jax.Array) -> list[jax.Array] | None:
+    """The packed ``kernel`` of each of ``module``'s submodules ``names``, for a step of few
+    rows (``inputs [..., in]``); None when the step has more rows or a kernel is missing
+    (each submodule then multiplies on its own, and says what it lacks).
+    """
+    if math.prod(inputs.shape[:-1]) > MAX_ROWS:
+        return None
+    found: list[Any] = [module.get_variable(PACKED, name) for name in names]
+    if not all(isinstance(sub, Mapping) and "kernel" in sub for sub in found):
+        return None
+    return [sub["kernel"] for sub in found]
 
 
 _registered = False  # XLA's FFI registry is per process: the kernels register once

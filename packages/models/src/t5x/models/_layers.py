@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax.linen import partitioning as nn_partitioning
 
-from t5x.models._cpu_kernels import float32_only, packed_kernel, packed_matmul
+from t5x.models._cpu_kernels import float32_only, packed_kernel, packed_kernels, packed_matmul, packed_matmuls
 from t5x.models._joined import joined_kernel
 from t5x.models._matmul import dense, dot_general
 
@@ -298,11 +298,8 @@ class MlpBlock(nn.Module):
         """Maps ``[batch, length, embed]`` to the same shape."""
         init = nd_init(1.0, "fan_in", "truncated_normal")
         gated = len(self.activations) > 1 and self.joined_kernel
-        joined = joined_kernel(self, "wi", inputs) if self.step_kernels == "joined" and gated else None
-        if joined is not None:
-            # One decoding row: all gate inputs in one product (see `join_decode_kernels`).
-            h = dense(jnp.asarray(inputs, self.dtype), joined.astype(self.dtype), self.matmul_dtype)
-            gates = jnp.split(h, len(self.activations), axis=-1)
+        gates = self._step_gates(inputs) if gated else None
+        if gates is not None:
             hidden = [activation(act)(g) for act, g in zip(self.activations, gates, strict=True)]
         else:
             hidden = []
@@ -334,6 +331,20 @@ class MlpBlock(nn.Module):
             step_kernels=self.step_kernels,
             name="wo",
         )(x)
+
+    def _step_gates(self, inputs: jax.Array) -> list[jax.Array] | None:
+        """A decoding step's gate inputs ``wi_0``, ``wi_1``, ... as one call, or None."""
+        inputs = jnp.asarray(inputs, self.dtype)
+        if self.step_kernels == "joined" and (joined := joined_kernel(self, "wi", inputs)) is not None:
+            # One decoding row: all gate inputs in one product (see `join_decode_kernels`).
+            h = dense(inputs, joined.astype(self.dtype), self.matmul_dtype)
+            return jnp.split(h, len(self.activations), axis=-1)
+        if self.step_kernels == "packed" and float32_only(self.dtype, self.matmul_dtype):
+            names = [f"wi_{i}" for i in range(len(self.activations))]
+            packed = packed_kernels(self, names, inputs)
+            if packed is not None:
+                return packed_matmuls(inputs, [(kernel, self.intermediate_dim) for kernel in packed])
+        return None
 
 
 def make_attention_mask(

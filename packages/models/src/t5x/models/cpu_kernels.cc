@@ -7,11 +7,14 @@
 // weight on every call and read it, and the cache, at a third to a half of the machine's
 // read bandwidth. These kernels read each operand front to back, once:
 //
-//   t5x_packed_matmul   y[rows, n] = x[rows, k] . w, with w packed once per decode call
-//                       (in XLA, before the loop) as [n / 32, k, 32];
+//   t5x_packed_matmul   y_i[rows, n_i] = x[rows, k] . w_i for one or more w_i, each packed
+//                       once per decode call (in XLA, before the loop) as [n_i / 32, k, 32];
 //   t5x_cache_attention o[g] = softmax(q[g] . k[g] + bias[g]) . v[g] (g = batch x heads,
 //                       k and v in the cache's [.., head_dim, length] layout): both
 //                       products and the softmax in one pass per group, its scores in L1;
+//   t5x_cache_step      a decoding step's self-attention: writes the step's key and value
+//                       into the caches in place (outputs aliasing the cache operands),
+//                       then attends as t5x_cache_attention;
 //   t5x_pack_kernel     w [k, n] -> [ceil(n / 32), k, 32] (the packed product's layout),
 //                       the last block zero-padded: once per decode call.
 //
@@ -25,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -118,23 +122,47 @@ void MultiplyColumns(const float* x, int64_t rows, int64_t k, const float* block
   }
 }
 
-ffi::Error PackedMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
-                        ffi::ResultBuffer<ffi::F32> y) {
+// y_i[rows, n_i] = x . w_i for every packed w_i given, in one call: a step's products
+// that read the same input (query, key and value; the gated MLP's inputs) split their
+// column blocks over the threads together, where one call each woke the pool each time.
+ffi::Error PackedMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::RemainingArgs ws,
+                        ffi::RemainingRets ys) {
   const auto xd = x.dimensions();
-  const auto wd = w.dimensions();
-  const auto yd = y->dimensions();
-  if (xd.size() != 2 || wd.size() != 3 || yd.size() != 2 || wd[2] != kBlock || wd[1] != xd[1] ||
-      yd[0] != xd[0] || yd[1] != wd[0] * kBlock) {
+  if (xd.size() != 2 || ws.size() == 0 || ws.size() != ys.size()) {
     return ffi::Error::InvalidArgument(
-        "t5x_packed_matmul expects x [rows, k], w [n / 32, k, 32] and y [rows, n]");
+        "t5x_packed_matmul expects x [rows, k] and as many packed weights as results");
+  }
+  struct Product {
+    const float* w;
+    float* y;
+    int64_t blocks;
+  };
+  std::vector<Product> products;
+  int64_t total = 0;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    auto w = ws.get<ffi::Buffer<ffi::F32>>(i);
+    auto y = ys.get<ffi::Buffer<ffi::F32>>(i);
+    if (!w.has_value() || !y.has_value()) return ffi::Error::InvalidArgument("t5x_packed_matmul: float32 only");
+    const auto wd = w->dimensions();
+    const auto yd = (*y)->dimensions();
+    if (wd.size() != 3 || yd.size() != 2 || wd[2] != kBlock || wd[1] != xd[1] || yd[0] != xd[0] ||
+        yd[1] != wd[0] * kBlock) {
+      return ffi::Error::InvalidArgument(
+          "t5x_packed_matmul expects x [rows, k], each w [n / 32, k, 32] and its y [rows, n]");
+    }
+    products.push_back({w->typed_data(), (*y)->typed_data(), wd[0]});
+    total += wd[0];
   }
   const float* xs = x.typed_data();
-  const float* ws = w.typed_data();
-  float* ys = y->typed_data();
-  const int64_t rows = xd[0], k = xd[1], blocks = wd[0];
-  ParallelFor(pool, blocks, [=](int64_t first, int64_t last) {
-    for (int64_t b = first; b < last; ++b) {
-      MultiplyColumns(xs, rows, k, ws + b * k * kBlock, ys + b * kBlock, blocks * kBlock);
+  const int64_t rows = xd[0], k = xd[1];
+  ParallelFor(pool, total, [&products, xs, rows, k](int64_t first, int64_t last) {
+    int64_t base = 0;  // blocks of the products before `p`
+    for (const Product& p : products) {
+      for (int64_t b = std::max(first, base); b < std::min(last, base + p.blocks); ++b) {
+        const int64_t local = b - base;
+        MultiplyColumns(xs, rows, k, p.w + local * k * kBlock, p.y + local * kBlock, p.blocks * kBlock);
+      }
+      base += p.blocks;
     }
   });
   return ffi::Error::Success();
@@ -142,12 +170,23 @@ ffi::Error PackedMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buff
 
 // --- t5x_cache_attention ------------------------------------------------------------------
 
+// A column to write into a cache, row by row, just before each row is read: written all
+// at once, the scattered stores missed the cache together and stalled the reads behind them.
+struct Column {
+  const float* values = nullptr;  // [depth], or none to write
+  int64_t at = 0;
+  void WriteInto(float* row, int64_t d) const {
+    if (values != nullptr) row[at] = values[d];
+  }
+};
+
 // o[d] = sum_{l < used} p[l] c[d, l] (rows `stride` long): one dot product per row of the cache.
-void ValuesPrefix(const float* __restrict p, const float* __restrict c, float* __restrict o,
-                  int64_t depth, int64_t stride, int64_t used) {
+void ValuesPrefix(const float* __restrict p, float* __restrict c, float* __restrict o,
+                  int64_t depth, int64_t stride, int64_t used, Column column) {
   const int64_t whole = used - used % 32;
   for (int64_t d = 0; d < depth; ++d) {
-    const float* row = c + d * stride;
+    float* row = c + d * stride;
+    column.WriteInto(row, d);
     Vec16 a = {}, b = {};
     for (int64_t l = 0; l < whole; l += 32) {
       a += Load(p + l) * Load(row + l);
@@ -191,9 +230,9 @@ inline Vec16 Exp(Vec16 x) {
 }
 
 // One group: s = q . k over the visible prefix, softmax with the bias, o = p . v.
-void GroupAttention(const float* __restrict q, const float* __restrict k, const float* __restrict v,
+void GroupAttention(const float* __restrict q, float* __restrict k, float* __restrict v,
                     const float* __restrict bias, float* __restrict o, float* __restrict s,
-                    int64_t depth, int64_t length) {
+                    int64_t depth, int64_t length, Column new_key = {}, Column new_value = {}) {
   int64_t used = length;
   while (used > 0 && bias[used - 1] <= kMasked) --used;
   if (used == 0) used = length;  // all masked: XLA's softmax spreads evenly over them all
@@ -201,7 +240,8 @@ void GroupAttention(const float* __restrict q, const float* __restrict k, const 
   std::fill(s, s + padded, 0.0f);
   for (int64_t d = 0; d < depth; ++d) {
     const float qd = q[d];
-    const float* __restrict row = k + d * length;
+    float* __restrict row = k + d * length;
+    new_key.WriteInto(row, d);
     for (int64_t l = 0; l < used; ++l) s[l] += qd * row[l];
   }
   float top = -INFINITY;
@@ -220,7 +260,7 @@ void GroupAttention(const float* __restrict q, const float* __restrict k, const 
   for (int i = 0; i < 16; ++i) sum += total[i];
   const float inverse = 1.0f / sum;
   for (int64_t l = 0; l < used; ++l) s[l] *= inverse;
-  ValuesPrefix(s, v, o, depth, length, used);
+  ValuesPrefix(s, v, o, depth, length, used, new_value);
 }
 
 ffi::Error CacheAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
@@ -245,8 +285,61 @@ ffi::Error CacheAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Bu
   ParallelFor(pool, kd[0], [=](int64_t first, int64_t last) {
     std::unique_ptr<float[]> scores(new float[length + 16]);
     for (int64_t g = first; g < last; ++g) {
-      GroupAttention(qs + g * depth, ks + g * depth * length, vs + g * depth * length, bs + g * length,
+      // No column to write: GroupAttention only reads the (const) cache.
+      GroupAttention(qs + g * depth, const_cast<float*>(ks + g * depth * length),
+                     const_cast<float*>(vs + g * depth * length), bs + g * length,
                      os + g * depth, scores.get(), depth, length);
+    }
+  });
+  return ffi::Error::Success();
+}
+
+// --- t5x_cache_step ---------------------------------------------------------------------
+
+// Writes each group's new key and value at its row's position, then attends. XLA's scatter
+// took ~50 us per layer and cache for the same 8 x 8 x 64 floats (it walks the update
+// element by element); here each group's column goes in just before the group is read.
+ffi::Error CacheStep(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
+                     ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> new_k, ffi::Buffer<ffi::F32> new_v,
+                     ffi::Buffer<ffi::S32> index, ffi::Buffer<ffi::F32> bias,
+                     ffi::ResultBuffer<ffi::F32> k_out, ffi::ResultBuffer<ffi::F32> v_out,
+                     ffi::ResultBuffer<ffi::F32> o) {
+  // The caches keep their own 4-D shape: a reshaped operand made XLA copy each cache
+  // before updating it "in place".
+  const auto kd = k.dimensions();
+  const auto vd = v.dimensions();
+  const auto qd = q.dimensions();
+  const auto nkd = new_k.dimensions();
+  const auto nvd = new_v.dimensions();
+  const auto id = index.dimensions();
+  const auto bd = bias.dimensions();
+  auto same = [](auto a, auto b) { return std::equal(a.begin(), a.end(), b.begin(), b.end()); };
+  const bool ok = kd.size() == 4 && same(vd, kd) && qd.size() == 3 && same(nkd, qd) &&
+                  same(nvd, qd) && qd[0] == kd[0] && qd[1] == kd[1] && qd[2] == kd[2] &&
+                  id.size() == 1 && (id[0] == 1 || id[0] == kd[0]) && bd.size() == 3 &&
+                  bd[0] == kd[0] && bd[1] == kd[1] && bd[2] == kd[3];
+  if (!ok) {
+    return ffi::Error::InvalidArgument(
+        "t5x_cache_step expects k and v [rows, heads, depth, length], q, new_k and new_v "
+        "[rows, heads, depth], index [1] or [rows] and bias [rows, heads, length]");
+  }
+  const int64_t groups = kd[0] * kd[1], depth = kd[2], length = kd[3];
+  const int64_t per_row = id[0] == 1 ? groups : kd[1];
+  float *ks = k_out->typed_data(), *vs = v_out->typed_data(), *os = o->typed_data();
+  // The outputs alias the caches; should XLA ever hand over separate buffers, start from a copy.
+  if (ks != k.typed_data()) std::copy(k.typed_data(), k.typed_data() + groups * depth * length, ks);
+  if (vs != v.typed_data()) std::copy(v.typed_data(), v.typed_data() + groups * depth * length, vs);
+  const float *qs = q.typed_data(), *nks = new_k.typed_data(), *nvs = new_v.typed_data();
+  const float* bs = bias.typed_data();
+  const int32_t* positions = index.typed_data();
+  ParallelFor(pool, groups, [=](int64_t first, int64_t last) {
+    std::unique_ptr<float[]> scores(new float[length + 16]);
+    for (int64_t g = first; g < last; ++g) {
+      // As XLA's dynamic_update_slice: a position past either end is clamped into the cache.
+      const int64_t at = std::clamp<int64_t>(positions[g / per_row], 0, length - 1);
+      GroupAttention(qs + g * depth, ks + g * depth * length, vs + g * depth * length, bs + g * length,
+                     os + g * depth, scores.get(), depth, length, Column{nks + g * depth, at},
+                     Column{nvs + g * depth, at});
     }
   });
   return ffi::Error::Success();
@@ -279,15 +372,12 @@ ffi::Error PackKernel(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> w, ffi::Result
 
 }  // namespace
 
-#define T5X_BINARY_F32_HANDLER(symbol, impl)                                            \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol, impl,                                           \
-                                ffi::Ffi::Bind()                                        \
-                                    .Ctx<ffi::ThreadPool>()                             \
-                                    .Arg<ffi::Buffer<ffi::F32>>()                       \
-                                    .Arg<ffi::Buffer<ffi::F32>>()                       \
-                                    .Ret<ffi::Buffer<ffi::F32>>())
-
-T5X_BINARY_F32_HANDLER(T5xPackedMatmul, PackedMatmul);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(T5xPackedMatmul, PackedMatmul,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .RemainingArgs()
+                                  .RemainingRets());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(T5xCacheAttention, CacheAttention,
                               ffi::Ffi::Bind()
@@ -296,6 +386,19 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(T5xCacheAttention, CacheAttention,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(T5xCacheStep, CacheStep,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(T5xPackKernel, PackKernel,
                               ffi::Ffi::Bind()
