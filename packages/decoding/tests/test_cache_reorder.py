@@ -91,6 +91,7 @@ def _decode(offset, batch, inputs, initial_index, beams, written_span, monkeypat
 @pytest.mark.parametrize("prefilled", [False, True])
 def test_written_span_reorder_matches_a_whole_gather(chunk, offset, prefilled, monkeypatch):
     monkeypatch.setattr(_reorder, "CHUNK", chunk)
+    monkeypatch.setattr(_reorder, "WHOLE_MAX_LENGTH", 0)  # this short cache takes the span too
     batch, beams = 3, 4
     inputs = np.zeros((batch, LENGTH), np.int32)
     initial_index = None
@@ -110,9 +111,12 @@ def test_written_span_reorder_matches_a_whole_gather(chunk, offset, prefilled, m
     assert len({tuple(s) for s in got[0][0]}) == beams
 
 
-def test_reorder_cache_moves_only_the_span_and_gathers_other_leaves_whole(monkeypatch):
-    # Chunks of 2 cover the span [2, 6) exactly (a chunk may also move positions outside it).
+@pytest.mark.parametrize("whole_max_length", [0, 9])
+def test_reorder_cache_moves_only_the_span_and_gathers_other_leaves_whole(whole_max_length, monkeypatch):
+    # Chunks of 2 cover the span [2, 6) exactly (a chunk may also move positions outside it);
+    # a cache no longer than WHOLE_MAX_LENGTH is gathered whole.
     monkeypatch.setattr(_reorder, "CHUNK", 2)
+    monkeypatch.setattr(_reorder, "WHOLE_MAX_LENGTH", whole_max_length)
     batch, beams, length = 2, 3, 9
     rng = np.random.default_rng(4)
     keys = jnp.asarray(rng.normal(size=(batch * beams, 1, 2, length)), jnp.float32)
@@ -128,6 +132,8 @@ def test_reorder_cache_moves_only_the_span_and_gathers_other_leaves_whole(monkey
     rows = np.asarray(parent + beams * np.arange(batch)[:, None]).reshape(-1)
     expected = np.asarray(keys).copy()
     expected[..., 2:6] = np.asarray(keys)[rows][..., 2:6]
+    if length <= whole_max_length:
+        expected = np.asarray(keys)[rows]
     np.testing.assert_array_equal(out["attn"]["cached_key"], expected)
     np.testing.assert_array_equal(out["state"], np.asarray(other)[rows])
     assert int(out["attn"]["cache_index"]) == 4
