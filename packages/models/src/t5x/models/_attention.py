@@ -197,7 +197,7 @@ def _attend_to_cache(
         # One query per row: one kernel per layer reads the keys, then the values, of each
         # (row, head) while its scores stay in L1, and skips the masked tail of the cache.
         batch, _, heads, _ = query.shape
-        row_bias = None if bias is None else jnp.broadcast_to(bias, (batch, heads, 1, key.shape[-1]))[:, :, 0]
+        row_bias = _one_query_bias(bias, batch, heads, key.shape[-1])
         return cache_attention(query[:, 0], key, value, row_bias)[:, None]
     # bqhd,bhdk->bhqk
     logits = dot_general(query, key, (((3,), (2,)), ((0, 2), (0, 1))), matmul_dtype)
@@ -207,6 +207,11 @@ def _attend_to_cache(
     # bhqk,bhdk->bhqd, then bqhd
     out = dot_general(weights, value.astype(dtype), (((3,), (3,)), ((0, 1), (0, 1))), matmul_dtype)
     return jnp.swapaxes(out, 1, 2)
+
+
+def _one_query_bias(bias: jax.Array | None, batch: int, heads: int, length: int) -> jax.Array | None:
+    """A bias broadcastable to ``[batch, heads, 1, length]`` as the CPU kernels take it: ``[batch, heads, length]``."""
+    return None if bias is None else jnp.broadcast_to(bias, (batch, heads, 1, length))[:, :, 0]
 
 
 def _cache_kernels_take(
@@ -384,9 +389,7 @@ class MultiHeadDotProductAttention(nn.Module):
             )
         ):
             # One kernel writes the step's key and value in place and attends.
-            row_bias = None
-            if attention_bias is not None:
-                row_bias = jnp.broadcast_to(attention_bias, (batch, heads, 1, length))[:, :, 0]
+            row_bias = _one_query_bias(attention_bias, batch, heads, length)
             out, cached_key.value, cached_value.value = cache_step(
                 query[:, 0], key[:, 0], value[:, 0], cached_key.value, cached_value.value, cur, row_bias
             )

@@ -334,10 +334,9 @@ class MlpBlock(nn.Module):
 
     def _step_gates(self, inputs: jax.Array) -> list[jax.Array] | None:
         """A decoding step's gate inputs ``wi_0``, ``wi_1``, ... as one call, or None."""
-        inputs = jnp.asarray(inputs, self.dtype)
         if self.step_kernels == "joined" and (joined := joined_kernel(self, "wi", inputs)) is not None:
             # One decoding row: all gate inputs in one product (see `join_decode_kernels`).
-            h = dense(inputs, joined.astype(self.dtype), self.matmul_dtype)
+            h = dense(jnp.asarray(inputs, self.dtype), joined.astype(self.dtype), self.matmul_dtype)
             return jnp.split(h, len(self.activations), axis=-1)
         if self.step_kernels == "packed" and float32_only(self.dtype, self.matmul_dtype):
             names = [f"wi_{i}" for i in range(len(self.activations))]
