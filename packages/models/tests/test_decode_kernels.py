@@ -3,6 +3,7 @@
 For each: what is prepared, that a step really multiplies by it, that it changes nothing, and
 how a model's ``cpu_kernels`` option chooses between them."""
 
+import functools
 import json
 import math
 import os
@@ -341,6 +342,56 @@ def test_greedy_decodes_with_the_packed_kernel_equal_xlas(kind, batch):
 
 
 @requires_compiler
+@pytest.mark.parametrize("cpu_kernels", ["auto", False])
+def test_beams_read_their_examples_encoder_output_without_a_copy_each(cpu_kernels):
+    assert cpu_kernels_ready()
+    model, params, feats = _encdec(batch=2)
+    model = EncoderDecoderModel(model.config, cpu_kernels=cpu_kernels)
+    enc, beams, length = feats["encoder_input_tokens"], 3, 5
+    rows = len(enc) * beams
+    tokens = np.random.default_rng(2).integers(2, VOCAB, size=(rows, length)).astype(np.int32)
+    ones = jnp.ones((rows, length), jnp.int32)
+    apply = functools.partial(model.module.apply, enable_dropout=False, decode=True, max_decode_length=length)
+    _, empty = jax.eval_shape(lambda: apply({"params": params}, ones, ones, ones, mutable=["cache"]))
+    empty = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), empty)
+
+    def steps(encoded, raw_inputs):
+        """Logits of `length` steps, each row fed its own tokens."""
+        step_module, variables = model._step(params, rows, after=encoded)
+        cache, logits = empty["cache"], []
+        for t in range(length):
+            token = tokens[:, t : t + 1]
+            out, new = step_module.apply(
+                {**variables, "cache": cache},
+                encoded,
+                raw_inputs,
+                token,
+                token,
+                enable_dropout=False,
+                decode=True,
+                max_decode_length=length,
+                mutable=["cache"],
+                method="decode",
+            )
+            cache = new["cache"]
+            logits.append(out[:, 0])
+        return jnp.stack(logits, 1)
+
+    encoded = model.module.apply({"params": params}, enc, enable_dropout=False, method="encode")
+    shared = jax.jit(steps)
+    got = shared(encoded, enc)
+    # Upstream's layout: the encoder's output and inputs repeated for each beam.
+    want = jax.jit(steps)(*(jnp.repeat(a, beams, axis=0) for a in (encoded, enc)))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # No array of the program holds the encoder's output, keys or values per beam.
+    hlo = shared.lower(encoded, enc).compile().as_text()
+    heads, depth, embed = model.config.num_heads, model.config.head_dim, model.config.emb_dim
+    for per_beam in (f"f32[{rows},7,{embed}]", f"f32[{rows},{heads},{depth},7]"):
+        assert per_beam not in hlo
+    assert ("t5x_cache_attention" in hlo) == (cpu_kernels == "auto")
+
+
+@requires_compiler
 @pytest.mark.parametrize("kind", ["encdec", "decoder"])
 def test_a_decode_call_packs_its_kernels_after_the_encoder_or_prompt_pass(kind):
     # Packed before that pass, the kernels would be held through it: the call's temporary
@@ -469,29 +520,37 @@ def test_step_kernels_per_call():
 
 
 def _softmax_attention(query, key, value, bias):
-    """The float64 reference: softmax(q . k + bias) . v per group."""
+    """The float64 reference: softmax(q . k + bias) . v per group (and per query of a group)."""
     logits = np.einsum("...d,...dl->...l", query, key) + bias
     weights = np.exp(logits - logits.max(-1, keepdims=True))
     weights /= weights.sum(-1, keepdims=True)
     return np.einsum("...l,...dl->...d", weights, value)
 
 
+def _shared_softmax_attention(query, key, value, bias):
+    """The reference for ``[..., queries, depth]`` queries sharing each group's keys and values."""
+    return _softmax_attention(query, key[..., None, :, :], value[..., None, :, :], bias)
+
+
 @requires_compiler
 @pytest.mark.parametrize("groups", [(1,), (2, 3)])
+@pytest.mark.parametrize("queries", [1, 4])
 @pytest.mark.parametrize(("depth", "length"), [(1, 1), (8, 31), (64, 32), (16, 33), (64, 319)])
-def test_cache_attention_equals_the_softmax_of_the_einsums(groups, depth, length):
+def test_cache_attention_equals_the_softmax_of_the_einsums(groups, queries, depth, length):
     assert cpu_kernels_ready()
-    rng = np.random.default_rng(depth * 1000 + length)
-    query = rng.normal(size=(*groups, depth)).astype(np.float32)
+    rng = np.random.default_rng(depth * 1000 + length + queries)
+    query = rng.normal(size=(*groups, queries, depth)).astype(np.float32)
     key, value = (rng.normal(size=(*groups, depth, length)).astype(np.float32) for _ in range(2))
-    # Each group sees a different prefix of the cache; the rest is masked as the model masks it.
-    visible = np.arange(length) <= rng.integers(0, length, size=(*groups, 1))
-    bias = np.where(visible, rng.normal(size=(*groups, length)), -1e10).astype(np.float32)
-    want = _softmax_attention(*(a.astype(np.float64) for a in (query, key, value, bias)))
+    # Each query sees a different prefix of the cache; the rest is masked as the model masks it.
+    visible = np.arange(length) <= rng.integers(0, length, size=(*groups, queries, 1))
+    bias = np.where(visible, rng.normal(size=(*groups, queries, length)), -1e10).astype(np.float32)
+    want = _shared_softmax_attention(*(a.astype(np.float64) for a in (query, key, value, bias)))
     got = jax.jit(cache_attention)(query, key, value, bias)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     unbiased = jax.jit(lambda q, k, v: cache_attention(q, k, v, None))(query, key, value)
-    np.testing.assert_allclose(unbiased, _softmax_attention(query, key, value, 0.0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        unbiased, _shared_softmax_attention(query, key, value, 0.0), rtol=1e-5, atol=1e-5
+    )
 
 
 @requires_compiler
@@ -552,12 +611,12 @@ def test_cache_attention_of_a_wholly_masked_row_averages_like_xla():
     # A row with every position masked (padding rows) spreads its weight evenly, as softmax does.
     assert cpu_kernels_ready()
     rng = np.random.default_rng(5)
-    query = rng.normal(size=(2, 8)).astype(np.float32)
+    query = rng.normal(size=(2, 1, 8)).astype(np.float32)
     key, value = (rng.normal(size=(2, 8, 20)).astype(np.float32) for _ in range(2))
-    bias = np.full((2, 20), -1e10, np.float32)
+    bias = np.full((2, 1, 20), -1e10, np.float32)
     got = jax.jit(cache_attention)(query, key, value, bias)
     want = jax.jit(
-        lambda q, k, v, b: jnp.einsum("gl,gdl->gd", jax.nn.softmax(jnp.einsum("gd,gdl->gl", q, k) + b), v)
+        lambda q, k, v, b: jnp.einsum("gql,gdl->gqd", jax.nn.softmax(jnp.einsum("gqd,gdl->gql", q, k) + b), v)
     )
     np.testing.assert_allclose(got, want(query, key, value, bias), rtol=1e-5, atol=1e-5)
 
@@ -601,6 +660,36 @@ def test_attention_to_the_cache_on_the_kernels_equals_xlas():
         assert "t5x_cache" not in xla_hlo
         assert kernels.shape == (batch, 1, heads, depth)
         np.testing.assert_allclose(kernels, xla, rtol=1e-5, atol=1e-5)
+
+
+@requires_compiler
+@pytest.mark.parametrize("cpu_kernels", [True, False])
+@pytest.mark.parametrize("q_len", [1, 2])
+@pytest.mark.parametrize("bias_rows", ["none", "example", "row"])
+def test_rows_sharing_an_examples_keys_attend_as_with_a_copy_each(cpu_kernels, q_len, bias_rows):
+    # Beams read their example's encoder keys and values, not a copy per beam.
+    assert cpu_kernels_ready()
+    rng = np.random.default_rng(11)
+    batch, share, heads, depth, length = 2, 3, 4, 16, 23
+    query = rng.normal(size=(batch * share, q_len, heads, depth)).astype(np.float32)
+    key, value = (rng.normal(size=(batch, heads, depth, length)).astype(np.float32) for _ in range(2))
+    bias = {
+        "none": None,
+        "example": np.where(np.arange(length) < np.array([[9], [23]]), 0.0, -1e10)[:, None, None, :],
+        "row": rng.normal(size=(batch * share, heads, q_len, length)),
+    }[bias_rows]
+    bias = None if bias is None else bias.astype(np.float32)
+    attend = functools.partial(
+        _attention._attend_to_cache, dtype=jnp.float32, float32_logits=False, cpu_kernels=cpu_kernels
+    )
+    shared = jax.jit(attend)(query, key, value, bias)
+    copies = [np.repeat(a, share, axis=0) for a in (key, value)]
+    own_bias = np.repeat(bias, share, axis=0) if bias_rows == "example" else bias
+    want = jax.jit(functools.partial(attend, cpu_kernels=False))(query, *copies, own_bias)
+    assert shared.shape == (batch * share, q_len, heads, depth)
+    np.testing.assert_allclose(shared, want, rtol=1e-5, atol=1e-5)
+    kernel_used = "t5x_cache_attention" in jax.jit(attend).lower(query, key, value, bias).as_text()
+    assert kernel_used == (cpu_kernels and q_len == 1)
 
 
 @requires_compiler

@@ -178,10 +178,13 @@ def _attend_to_cache(
     """``dot_product_attention`` without dropout, for keys and values in the cache layout.
 
     Args:
-      query: ``[batch, q_len, heads, head_dim]``.
+      query: ``[rows, q_len, heads, head_dim]``; ``rows`` is a multiple of the keys' batch:
+        each example's keys and values serve that many consecutive rows (its beams or
+        samples), which read them as one row with all their queries.
       key: ``[batch, heads, head_dim, kv_len]``.
       value: ``[batch, heads, head_dim, kv_len]``.
-      bias: broadcastable to ``[batch, heads, q_len, kv_len]``.
+      bias: broadcastable to ``[rows, heads, q_len, kv_len]`` (per row) or to
+        ``[batch, heads, q_len, kv_len]`` (per example).
       dtype: dtype of the output.
       float32_logits: compute the logits in float32.
       matmul_dtype: dtype the operands of both products are rounded to, or None.
@@ -189,24 +192,45 @@ def _attend_to_cache(
         reads the cache through them.
 
     Returns:
-      ``[batch, q_len, heads, head_dim]``.
+      ``[rows, q_len, heads, head_dim]``.
     """
+    rows, q_len, heads, depth = query.shape
+    batch = key.shape[0]
+    if rows % batch:
+        raise ValueError(f"{rows} query rows cannot share keys and values of batch {batch}")
+    query = query.reshape(batch, rows // batch * q_len, heads, depth)
+    bias = _rows_as_queries(bias, rows, batch, q_len)
     if float32_logits:
         query, key = query.astype(jnp.float32), key.astype(jnp.float32)
-    if cpu_kernels and _cache_kernels_take(query, key, value, dtype, matmul_dtype):
-        # One query per row: one kernel per layer reads the keys, then the values, of each
-        # (row, head) while its scores stay in L1, and skips the masked tail of the cache.
-        batch, _, heads, _ = query.shape
-        row_bias = _one_query_bias(bias, batch, heads, key.shape[-1])
-        return cache_attention(query[:, 0], key, value, row_bias)[:, None]
-    # bqhd,bhdk->bhqk
-    logits = dot_general(query, key, (((3,), (2,)), ((0, 2), (0, 1))), matmul_dtype)
-    if bias is not None:
-        logits = logits + bias.astype(logits.dtype)
-    weights = jax.nn.softmax(logits.astype(jnp.float32)).astype(dtype)
-    # bhqk,bhdk->bhqd, then bqhd
-    out = dot_general(weights, value.astype(dtype), (((3,), (3,)), ((0, 1), (0, 1))), matmul_dtype)
-    return jnp.swapaxes(out, 1, 2)
+    if cpu_kernels and q_len == 1 and _cache_kernels_take(query, key, value, dtype, matmul_dtype):
+        # One kernel per layer reads the keys, then the values, of each (example, head) while
+        # the scores of its rows stay in L1, and skips the masked tail of the cache.
+        out = cache_attention(jnp.swapaxes(query, 1, 2), key, value, bias)  # bhqd
+    else:
+        # bqhd,bhdk->bhqk
+        logits = dot_general(query, key, (((3,), (2,)), ((0, 2), (0, 1))), matmul_dtype)
+        if bias is not None:
+            logits = logits + bias.astype(logits.dtype)
+        weights = jax.nn.softmax(logits.astype(jnp.float32)).astype(dtype)
+        # bhqk,bhdk->bhqd
+        out = dot_general(weights, value.astype(dtype), (((3,), (3,)), ((0, 1), (0, 1))), matmul_dtype)
+    return jnp.swapaxes(out, 1, 2).reshape(rows, q_len, heads, depth)
+
+
+def _rows_as_queries(bias: jax.Array | None, rows: int, batch: int, q_len: int) -> jax.Array | None:
+    """A bias of ``rows`` rows of ``q_len`` queries as one of ``batch`` rows of ``rows / batch * q_len``."""
+    if bias is None or rows == batch:
+        return bias
+    bias = bias.reshape((1,) * (4 - bias.ndim) + bias.shape)
+    share = rows // batch
+    if bias.shape[0] == rows:  # per row: each row's queries go into its example's row
+        _, heads, _, length = bias.shape
+        grouped = jnp.broadcast_to(bias, (batch * share, heads, q_len, length)).reshape(
+            batch, share, heads, q_len, length
+        )
+        return jnp.moveaxis(grouped, 1, 2).reshape(batch, heads, share * q_len, length)
+    # Per example (or for all): the same for each of an example's rows.
+    return bias if bias.shape[2] == 1 else jnp.tile(bias, (1, 1, share, 1))
 
 
 def _one_query_bias(bias: jax.Array | None, batch: int, heads: int, length: int) -> jax.Array | None:
@@ -217,12 +241,8 @@ def _one_query_bias(bias: jax.Array | None, batch: int, heads: int, length: int)
 def _cache_kernels_take(
     query: jax.Array, key: jax.Array, value: jax.Array, dtype: Any, matmul_dtype: Any
 ) -> bool:
-    """Whether the CPU cache kernels take these operands: one float32 query per row."""
-    return (
-        query.shape[1] == 1
-        and query.dtype == key.dtype == value.dtype == jnp.dtype(dtype)
-        and float32_only(dtype, matmul_dtype)
-    )
+    """Whether the CPU cache kernels take these operands: float32 throughout."""
+    return query.dtype == key.dtype == value.dtype == jnp.dtype(dtype) and float32_only(dtype, matmul_dtype)
 
 
 def _mask_to_bias(mask: jax.Array, dtype: Any) -> jax.Array:
@@ -412,6 +432,8 @@ class MultiHeadDotProductAttention(nn.Module):
 
         Its keys and values are the same at every step; projected straight into the cache
         layout, they need no per-step transpose (XLA would re-lay them out inside the loop).
+        ``inputs_kv`` may hold one row per example for several consecutive query rows (its
+        beams or samples): each example's keys and values are then made and read once.
         """
         query, key, value = self._qkv(inputs_q, inputs_kv, cache_layout=True)
         return self._attend_to_cache(query, key, value, self._attention_bias(mask, bias))
@@ -423,6 +445,7 @@ class MultiHeadDotProductAttention(nn.Module):
         return (
             inputs_q.shape[-2] == 1
             and inputs_kv.ndim == 3
+            and inputs_q.shape[0] % inputs_kv.shape[0] == 0
             and not cache
             and (deterministic or self.dropout_rate == 0.0)
         )

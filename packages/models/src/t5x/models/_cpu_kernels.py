@@ -88,31 +88,32 @@ def packed_matmuls(x: jax.Array, kernels: Sequence[tuple[jax.Array, int]]) -> li
 
 
 def cache_attention(query: jax.Array, key: jax.Array, value: jax.Array, bias: jax.Array | None) -> jax.Array:
-    """``softmax(q . k + bias) . v`` for one query per group, in one kernel.
+    """``softmax(q . k + bias) . v`` for each query of each group, in one kernel.
 
     Args:
-      query: ``[..., depth]``.
+      query: ``[..., queries, depth]``: a group's queries (the beams or samples of one
+        example) share its keys and values, read from memory once for them all.
       key: ``[..., depth, length]`` (the cache layout).
       value: ``[..., depth, length]``.
-      bias: broadcastable to ``[..., length]``, or None; masked positions carry about
-        ``-1e10`` (a masked tail is skipped, its weights being exactly zero).
+      bias: broadcastable to ``[..., queries, length]``, or None; masked positions carry
+        about ``-1e10`` (a masked tail is skipped, its weights being exactly zero).
 
     Returns:
-      ``[..., depth]``.
+      ``[..., queries, depth]``.
     """
-    lead, depth, length = query.shape[:-1], key.shape[-2], key.shape[-1]
+    lead, queries, depth, length = query.shape[:-2], query.shape[-2], key.shape[-2], key.shape[-1]
     groups = math.prod(lead)
     bias = jnp.zeros((), jnp.float32) if bias is None else bias.astype(jnp.float32)
-    bias = jnp.broadcast_to(bias, (*lead, length)).reshape(groups, length)
-    out_type = jax.ShapeDtypeStruct((groups, depth), jnp.float32)
+    bias = jnp.broadcast_to(bias, (*lead, queries, length)).reshape(groups, queries, length)
+    out_type = jax.ShapeDtypeStruct((groups, queries, depth), jnp.float32)
     call = jax.ffi.ffi_call("t5x_cache_attention", out_type, vmap_method="sequential")
     out = call(
-        query.reshape(groups, depth).astype(jnp.float32),
+        query.reshape(groups, queries, depth).astype(jnp.float32),
         key.reshape(groups, depth, length),
         value.reshape(groups, depth, length),
         bias,
     )
-    return out.reshape(*lead, depth)
+    return out.reshape(*lead, queries, depth)
 
 
 def cache_step(

@@ -494,15 +494,15 @@ class EncoderDecoderModel(_TransformerModel):
         )
         rows = num_decodes if decoder_params is None else decoder_params.get("num_decodes", num_decodes)
         encoded = self._encode_jit(params, jnp.asarray(enc))
-        encoded = decoding.flat_batch_beam_expand(encoded, rows)
-        raw_inputs = decoding.flat_batch_beam_expand(jnp.asarray(enc), rows)
         step_module, variables = self._step(params, enc.shape[0] * rows, after=encoded)
 
         def tokens_to_logits(state: Any) -> tuple[jax.Array, PyTree]:
+            # The encoder's output is not copied per beam or sample: an example's rows share
+            # its cross-attention keys and values (see `EncoderDecoderTransformer.decode`).
             logits, new_vars = step_module.apply(
                 {**variables, "cache": state.cache},
                 encoded,
-                raw_inputs,
+                jnp.asarray(enc),
                 state.cur_token,
                 state.cur_token,
                 enable_dropout=False,

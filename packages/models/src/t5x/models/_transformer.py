@@ -69,17 +69,29 @@ class EncoderDecoderTransformer(nn.Module):
     ) -> jax.Array:
         """Returns logits ``[batch, tgt_len, vocab]`` of the decoder over ``encoded``.
 
-        With ``hidden_only``, the final hidden states the logits come from.
+        With ``hidden_only``, the final hidden states the logits come from. Decoding step by
+        step (``decode``), ``encoded`` and ``encoder_input_tokens`` may hold one row per
+        example for several consecutive decoder rows (its beams or samples), which then share
+        that example's cross-attention keys and values instead of a copy each.
 
         Raises:
-          ValueError: when decoding with packed (segmented) inputs.
+          ValueError: when decoding with packed (segmented) inputs, or with decoder rows
+            that are not a multiple of the encoder's.
         """
         del decoder_positions  # relative positions need no absolute positions
         dtype = self.config.dtype
+        rows, examples = decoder_input_tokens.shape[0], encoded.shape[0]
+        if rows != examples and not (decode and rows % examples == 0):
+            raise ValueError(
+                f"decoder inputs have {rows} rows and the encoder's output {examples}: they must be equal, "
+                "or (decoding step by step) the decoder's a multiple of the encoder's"
+            )
         if decode:
             decoder_mask = None
+            # One mask per encoder row: its beams or samples (consecutive decoder rows) share it.
+            every_position = jnp.ones((encoder_input_tokens.shape[0], decoder_target_tokens.shape[-1]))
             enc_dec_mask: jax.Array | None = make_attention_mask(
-                jnp.ones_like(decoder_target_tokens), encoder_input_tokens > 0, dtype=dtype
+                every_position, encoder_input_tokens > 0, dtype=dtype
             )
         else:
             decoder_mask = make_decoder_mask(

@@ -9,9 +9,11 @@
 //
 //   t5x_packed_matmul   y_i[rows, n_i] = x[rows, k] . w_i for one or more w_i, each packed
 //                       once per decode call (in XLA, before the loop) as [n_i / 32, k, 32];
-//   t5x_cache_attention o[g] = softmax(q[g] . k[g] + bias[g]) . v[g] (g = batch x heads,
-//                       k and v in the cache's [.., head_dim, length] layout): both
-//                       products and the softmax in one pass per group, its scores in L1;
+//   t5x_cache_attention o[g, i] = softmax(q[g, i] . k[g] + bias[g, i]) . v[g] for each query
+//                       i of group g (g = batch x heads; the queries, the beams of one
+//                       example, share its encoder keys and values), k and v in the
+//                       cache's [.., head_dim, length] layout: both products and the
+//                       softmax in one pass per query, its scores in L1;
 //   t5x_cache_step      a decoding step's self-attention: writes the step's key and value
 //                       into the caches in place (outputs aliasing the cache operands),
 //                       then attends as t5x_cache_attention;
@@ -45,6 +47,12 @@ inline Vec16 Load(const float* p) {
 }
 
 inline void Store(float* p, Vec16 v) { __builtin_memcpy(p, &v, sizeof v); }
+
+// Whether two buffers' dimension lists are equal.
+template <typename A, typename B>
+bool SameShape(const A& a, const B& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end());
+}
 
 // Runs work(first, last) over [0, n) in chunks, on the calling thread and the pool's.
 // The state is shared by pointer so a task the pool starts late, after the caller has
@@ -271,24 +279,27 @@ ffi::Error CacheAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Bu
   const auto bd = bias.dimensions();
   const auto vd = v.dimensions();
   const auto od = o->dimensions();
-  const bool same_kv = vd.size() == 3 && vd[0] == kd[0] && vd[1] == kd[1] && vd[2] == kd[2];
-  if (qd.size() != 2 || kd.size() != 3 || !same_kv || bd.size() != 2 || od.size() != 2 ||
-      qd[0] != kd[0] || qd[1] != kd[1] || bd[0] != kd[0] || bd[1] != kd[2] || od[0] != kd[0] ||
-      od[1] != kd[1]) {
+  if (qd.size() != 3 || kd.size() != 3 || !SameShape(vd, kd) || !SameShape(od, qd) ||
+      bd.size() != 3 || qd[0] != kd[0] || qd[2] != kd[1] || bd[0] != kd[0] || bd[1] != qd[1] ||
+      bd[2] != kd[2]) {
     return ffi::Error::InvalidArgument(
-        "t5x_cache_attention expects q [groups, depth], k and v [groups, depth, length], "
-        "bias [groups, length] and o [groups, depth]");
+        "t5x_cache_attention expects q [groups, queries, depth], k and v [groups, depth, length], "
+        "bias [groups, queries, length] and o [groups, queries, depth]");
   }
-  const int64_t depth = kd[1], length = kd[2];
+  const int64_t queries = qd[1], depth = kd[1], length = kd[2];
   const float *qs = q.typed_data(), *ks = k.typed_data(), *vs = v.typed_data(), *bs = bias.typed_data();
   float* os = o->typed_data();
   ParallelFor(pool, kd[0], [=](int64_t first, int64_t last) {
     std::unique_ptr<float[]> scores(new float[length + 16]);
     for (int64_t g = first; g < last; ++g) {
-      // No column to write: GroupAttention only reads the (const) cache.
-      GroupAttention(qs + g * depth, const_cast<float*>(ks + g * depth * length),
-                     const_cast<float*>(vs + g * depth * length), bs + g * length,
-                     os + g * depth, scores.get(), depth, length);
+      // A group's queries (the beams of one example) attend one after another: its keys and
+      // values come from memory for the first and from the core's cache for the others.
+      for (int64_t i = g * queries; i < (g + 1) * queries; ++i) {
+        // No column to write: GroupAttention only reads the (const) cache.
+        GroupAttention(qs + i * depth, const_cast<float*>(ks + g * depth * length),
+                       const_cast<float*>(vs + g * depth * length), bs + i * length, os + i * depth,
+                       scores.get(), depth, length);
+      }
     }
   });
   return ffi::Error::Success();
@@ -313,9 +324,8 @@ ffi::Error CacheStep(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> k, ffi::Buffer<
   const auto nvd = new_v.dimensions();
   const auto id = index.dimensions();
   const auto bd = bias.dimensions();
-  auto same = [](auto a, auto b) { return std::equal(a.begin(), a.end(), b.begin(), b.end()); };
-  const bool ok = kd.size() == 4 && same(vd, kd) && qd.size() == 3 && same(nkd, qd) &&
-                  same(nvd, qd) && qd[0] == kd[0] && qd[1] == kd[1] && qd[2] == kd[2] &&
+  const bool ok = kd.size() == 4 && SameShape(vd, kd) && qd.size() == 3 && SameShape(nkd, qd) &&
+                  SameShape(nvd, qd) && qd[0] == kd[0] && qd[1] == kd[1] && qd[2] == kd[2] &&
                   id.size() == 1 && (id[0] == 1 || id[0] == kd[0]) && bd.size() == 3 &&
                   bd[0] == kd[0] && bd[1] == kd[1] && bd[2] == kd[3];
   if (!ok) {
