@@ -188,12 +188,24 @@ struct Column {
   }
 };
 
+// Asks for the first `used` floats of a row that is read a few rows later. The hardware
+// prefetcher alone left the attention kernels reading at about two thirds of the packed
+// product's speed: each group is a short stream, the keys and the values two of them.
+inline void PrefetchRow(const float* row, int64_t used) {
+  for (int64_t l = 0; l < used; l += 16) __builtin_prefetch(row + l);
+}
+
+// Rows ahead to prefetch: about kAhead floats (8 kB), at least one row.
+inline int64_t RowsAhead(int64_t length) { return std::max<int64_t>(1, kAhead / length); }
+
 // o[d] = sum_{l < used} p[l] c[d, l] (rows `stride` long): one dot product per row of the cache.
 void ValuesPrefix(const float* __restrict p, float* __restrict c, float* __restrict o,
                   int64_t depth, int64_t stride, int64_t used, Column column) {
   const int64_t whole = used - used % 32;
+  const int64_t ahead = RowsAhead(stride);
   for (int64_t d = 0; d < depth; ++d) {
     float* row = c + d * stride;
+    if (d + ahead < depth) PrefetchRow(row + ahead * stride, used);
     column.WriteInto(row, d);
     Vec16 a = {}, b = {};
     for (int64_t l = 0; l < whole; l += 32) {
@@ -246,9 +258,17 @@ void GroupAttention(const float* __restrict q, float* __restrict k, float* __res
   if (used == 0) used = length;  // all masked: XLA's softmax spreads evenly over them all
   const int64_t padded = (used + 15) / 16 * 16;  // s has room for it (see CacheAttention)
   std::fill(s, s + padded, 0.0f);
+  const int64_t ahead = RowsAhead(length);
   for (int64_t d = 0; d < depth; ++d) {
     const float qd = q[d];
     float* __restrict row = k + d * length;
+    // The keys' last rows prefetch the values' first.
+    const int64_t next = d + ahead;
+    if (next < depth) {
+      PrefetchRow(k + next * length, used);
+    } else if (next < 2 * depth) {
+      PrefetchRow(v + (next - depth) * length, used);
+    }
     new_key.WriteInto(row, d);
     for (int64_t l = 0; l < used; ++l) s[l] += qd * row[l];
   }
