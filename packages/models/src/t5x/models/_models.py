@@ -475,7 +475,7 @@ class EncoderDecoderModel(_TransformerModel):
             ("encoder_input_tokens", "decoder_input_tokens"),
             "EncoderDecoderModel.predict_batch_with_aux",
         )
-        enc = batch["encoder_input_tokens"]
+        enc = jnp.asarray(batch["encoder_input_tokens"])
         dec_in = batch["decoder_input_tokens"]
         length = dec_in.shape[1]
         cache = _zeros_like_shapes(
@@ -493,7 +493,7 @@ class EncoderDecoderModel(_TransformerModel):
             )
         )
         rows = num_decodes if decoder_params is None else decoder_params.get("num_decodes", num_decodes)
-        encoded = self._encode_jit(params, jnp.asarray(enc))
+        encoded = self._encode_jit(params, enc)
         step_module, variables = self._step(params, enc.shape[0] * rows, after=encoded)
 
         def tokens_to_logits(state: Any) -> tuple[jax.Array, PyTree]:
@@ -502,7 +502,7 @@ class EncoderDecoderModel(_TransformerModel):
             logits, new_vars = step_module.apply(
                 {**variables, "cache": state.cache},
                 encoded,
-                jnp.asarray(enc),
+                enc,
                 state.cur_token,
                 state.cur_token,
                 enable_dropout=False,
